@@ -1,0 +1,129 @@
+"""Tree-LSTMs of Tai, Socher and Manning (2015): the N-ary (binary) and the child-sum variants.
+
+Pipeline position: zoo models (``cortex.models``); trace them with ``.trace()``.
+"""
+
+from __future__ import annotations
+
+from cortex.core.model import Model
+from cortex.models._common import declare_input, node_vector, total
+
+GATES = ("i", "o", "u")
+
+
+class TreeLSTM(Model):
+    r"""N-ary Tree-LSTM (Tai et al. 2015, section 3.2) for constituency trees: tokens at the
+    leaves, internal nodes combine exactly ``arity`` ordered children (binary by default).
+
+    Leaf (``x = E[w]`` or dense features; no children, so no forget term)::
+
+        i = sigmoid(W_i x + b_i)     o = sigmoid(W_o x + b_o)     u = tanh(W_u x + b_u)
+        c = i * u
+        h = o * tanh(c)
+
+    Internal node with children ``(h_l, c_l)``, ``l < N``::
+
+        i   = sigmoid(sum_l U_i_l h_l + b_i)
+        f_k = sigmoid(sum_l U_f{k}_l h_l + b_f)         one forget gate per child k
+        o   = sigmoid(sum_l U_o_l h_l + b_o)
+        u   = tanh(sum_l U_u_l h_l + b_u)
+        c   = i * u + sum_k f_k * c_k
+        h   = o * tanh(c)
+
+    Params: ``E [vocab, embed]``; ``W_i, W_o, W_u [hidden, embed]``; ``U_i_l, U_o_l, U_u_l,
+    U_f{k}_l [hidden, hidden]``; ``b_i, b_f, b_o, b_u [hidden]``. States: ``h, c [hidden]``.
+    """
+
+    def __init__(self, *, hidden: int, embed: int | None = None, vocab: int | None = None,
+                 features: int | None = None, arity: int = 2, dtype="float32", seed: int = 0,
+                 **options) -> None:
+        super().__init__(arity=arity, dtype=dtype, seed=seed, **options)
+        self.hidden = hidden
+        d = declare_input(self, vocab=vocab, embed=embed, features=features)
+        self.add_state("h", (hidden,))
+        self.add_state("c", (hidden,))
+        for gate in GATES:
+            self.add_param(f"W_{gate}", (hidden, d))
+        for gate in ("i", "f", "o", "u"):
+            self.add_param(f"b_{gate}", (hidden,))
+        for l in range(arity):
+            for gate in GATES:
+                self.add_param(f"U_{gate}_{l}", (hidden, hidden))
+            for k in range(arity):
+                self.add_param(f"U_f{k}_{l}", (hidden, hidden))
+
+    def leaf(self, g):
+        x = node_vector(self, g)
+        i = g.sigmoid(g.linear("W_i", x, "b_i"))
+        o = g.sigmoid(g.linear("W_o", x, "b_o"))
+        u = g.tanh(g.linear("W_u", x, "b_u"))
+        c = i * u
+        return {"h": o * g.tanh(c), "c": c}
+
+    def internal(self, g):
+        n = self.arity
+        hs = [g.child("h", l) for l in range(n)]
+        cs = [g.child("c", l) for l in range(n)]
+
+        def gate(name: str, bias: str):
+            return total([g.linear(name.format(l=l), hs[l], bias if l == 0 else None) for l in range(n)])
+
+        i = g.sigmoid(gate("U_i_{l}", "b_i"))
+        o = g.sigmoid(gate("U_o_{l}", "b_o"))
+        u = g.tanh(gate("U_u_{l}", "b_u"))
+        fs = [g.sigmoid(gate(f"U_f{k}_{{l}}", "b_f")) for k in range(n)]
+        c = total([i * u] + [f * ck for f, ck in zip(fs, cs)])
+        return {"h": o * g.tanh(c), "c": c}
+
+
+class ChildSumTreeLSTM(Model):
+    r"""Child-Sum Tree-LSTM (Tai et al. 2015, section 3.1) for dependency trees: every node has
+    a token and any number of unordered children (variable arity).
+
+    For a node with input ``x = E[w]`` (or dense features) and children ``(h_k, c_k)``::
+
+        h~  = sum_k h_k
+        i   = sigmoid(W_i x + U_i h~ + b_i)
+        f_k = sigmoid(W_f x + U_f h_k + b_f)             one forget gate per child
+        o   = sigmoid(W_o x + U_o h~ + b_o)
+        u   = tanh(W_u x + U_u h~ + b_u)
+        c   = i * u + sum_k f_k * c_k
+        h   = o * tanh(c)
+
+    A leaf is the same with no children (``h~ = 0``, no forget term).
+    Params: ``E [vocab, embed]``; ``W_i, W_f, W_o, W_u [hidden, embed]``;
+    ``U_i, U_f, U_o, U_u [hidden, hidden]``; ``b_i, b_f, b_o, b_u [hidden]``.
+    States: ``h, c [hidden]``. For PyTorch weights see ``cortex.core.params.load_torch_childsum``.
+    """
+
+    def __init__(self, *, hidden: int, embed: int | None = None, vocab: int | None = None,
+                 features: int | None = None, dtype="float32", seed: int = 0, **options) -> None:
+        super().__init__(arity=None, dtype=dtype, seed=seed, **options)
+        self.hidden = hidden
+        d = declare_input(self, vocab=vocab, embed=embed, features=features)
+        self.add_state("h", (hidden,))
+        self.add_state("c", (hidden,))
+        for gate in ("i", "f", "o", "u"):
+            self.add_param(f"W_{gate}", (hidden, d))
+            self.add_param(f"U_{gate}", (hidden, hidden))
+            self.add_param(f"b_{gate}", (hidden,))
+
+    def _gates(self, g, x, h_sum):
+        i = g.sigmoid(g.linear("W_i", x, "b_i") + g.linear("U_i", h_sum))
+        o = g.sigmoid(g.linear("W_o", x, "b_o") + g.linear("U_o", h_sum))
+        u = g.tanh(g.linear("W_u", x, "b_u") + g.linear("U_u", h_sum))
+        return i, o, u
+
+    def leaf(self, g):
+        x = node_vector(self, g)
+        i, o, u = self._gates(g, x, g.zeros((self.hidden,)))
+        c = i * u
+        return {"h": o * g.tanh(c), "c": c}
+
+    def internal(self, g):
+        x = node_vector(self, g)
+        h_k, c_k = g.child("h"), g.child("c")  # per-child values
+        i, o, u = self._gates(g, x, g.reduce(h_k, "sum"))
+        f_k = g.sigmoid(g.linear("W_f", x, "b_f") + g.linear("U_f", h_k))  # per child
+        c = i * u + g.reduce(f_k * c_k, "sum")
+        return {"h": o * g.tanh(c), "c": c}
