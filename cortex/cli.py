@@ -1,0 +1,124 @@
+"""The ``cortex`` command (also ``python -m cortex``).
+
+Pipeline position: outside the pipeline; it reports what the plugin system and the host offer.
+
+``cortex info`` lists the plugins (version, source, hooks) and any plugin that failed, every
+target with its aliases, options, *enabled* and *runnable* states and their reasons, the host
+(CPU and SIMD features, OpenCL devices, nvcc, GPU) and the plugin environment switches.
+``cortex info --json`` prints the same as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any, Sequence
+
+
+def collect_info() -> dict[str, Any]:
+    """Everything ``cortex info`` shows, as plain data."""
+    from cortex import __version__
+    from cortex.core import hostinfo
+    from cortex.core.plugins import ENV_SWITCHES, get_plugin_system
+
+    system = get_plugin_system()
+    registry = system.registry
+    targets = []
+    for target in registry:
+        enabled = target.enabled()
+        runnable = target.runnable()
+        targets.append({
+            "name": target.name,
+            "aliases": list(target.aliases),
+            "plugin": target.plugin,
+            "description": target.description,
+            "enabled": enabled.ok,
+            "enabled_reason": enabled.reason,
+            "enabled_fix": enabled.fix,
+            "runnable": runnable.ok,
+            "runnable_reason": runnable.reason,
+            "runnable_fix": runnable.fix,
+            "options": [
+                {"name": o.name, "default": o.default, "allowed": o.describe_allowed(),
+                 "help": o.help}
+                for o in target.options
+            ],
+        })
+    return {
+        "cortex": __version__,
+        "plugins": [
+            {"name": p.name, "source": p.source, "module": p.module, "version": p.version,
+             "hooks": list(p.hooks)}
+            for p in system.plugins()
+        ],
+        "plugin_failures": [
+            {"name": f.name, "source": f.source, "stage": f.stage, "error": f.error}
+            for f in system.failures
+        ],
+        "plugins_skipped": [{"name": n, "why": why} for n, why in system.skipped],
+        "plugin_environment": system.environment_info(),
+        "targets": targets,
+        "host": hostinfo.summary(),
+        "switches": {name: os.environ.get(name, "") for name in ENV_SWITCHES},
+    }
+
+
+def _mark(ok: bool) -> str:
+    return "yes" if ok else "NO "
+
+
+def format_info(info: dict[str, Any]) -> str:
+    """``collect_info()``'s data as the text ``cortex info`` prints."""
+    lines = [f"Cortex {info['cortex']}", "", "Plugins:"]
+    for p in info["plugins"]:
+        hooks = ", ".join(p["hooks"]) or "no hooks"
+        lines.append(f"  {p['name']} {p['version'] or '(no version)'}  [{p['source']}: "
+                     f"{p['module']}]  hooks: {hooks}")
+        for label, value in info["plugin_environment"].get(p["name"], {}).items():
+            lines.append(f"      {label}: {value}")
+    for f in info["plugin_failures"]:
+        lines.append(f"  FAILED {f['name']} [{f['source']}] at {f['stage']}: {f['error']}")
+    for s in info["plugins_skipped"]:
+        lines.append(f"  skipped {s['name']}: {s['why']}")
+    lines += ["", "Targets:"]
+    for t in info["targets"]:
+        aliases = f" (alias {', '.join(t['aliases'])})" if t["aliases"] else ""
+        lines.append(f"  {t['name']}{aliases} — {t['description']}  [plugin {t['plugin']}]")
+        for state in ("enabled", "runnable"):
+            text = f"    {state + ':':9} {_mark(t[state])}  {t[state + '_reason']}"
+            if not t[state] and t[state + "_fix"]:
+                text += f"  → fix: {t[state + '_fix']}"
+            lines.append(text)
+        for o in t["options"]:
+            lines.append(f"    option {o['name']}={o['default']!r}: {o['allowed']}")
+    if not info["targets"]:
+        lines.append("  (none: no plugin registered a target)")
+    lines += ["", "Host:"]
+    lines += [f"  {label}: {value}" for label, value in info["host"].items()]
+    lines += ["", "Plugin switches (environment):"]
+    lines += [f"  {name}={value!r}" for name, value in info["switches"].items()]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from cortex import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="cortex", description="Cortex: a compiler for recursive deep-learning models.")
+    parser.add_argument("--version", action="version", version=f"cortex {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    info = commands.add_parser("info", help="plugins, targets (enabled/runnable) and the host")
+    info.add_argument("--json", action="store_true", help="print JSON instead of text")
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    data = collect_info()
+    print(json.dumps(data, indent=2, default=repr) if args.json else format_info(data))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

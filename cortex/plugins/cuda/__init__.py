@@ -1,0 +1,21 @@
+"""Built-in plugin: the ``cuda`` target — CUDA C compiled by nvcc, launched through PyCUDA.
+
+Pipeline position: codegen + runtime for NVIDIA GPUs. Registration only so far; the code
+generator arrives with its own issue.
+"""
+
+from __future__ import annotations
+
+from cortex.core.hookspecs import hookimpl
+from cortex.core.targets import TargetRegistrar
+from cortex.plugins.cuda import target
+
+
+@hookimpl
+def cortex_register_targets(registry: TargetRegistrar) -> None:
+    registry.add(target.make_target())
+
+
+@hookimpl
+def cortex_environment_info() -> dict[str, str] | None:
+    return target.environment_info()

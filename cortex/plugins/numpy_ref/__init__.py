@@ -1,0 +1,16 @@
+"""Built-in plugin: the ``numpy`` target — the LoopProgram interpreter, the executable oracle.
+
+Pipeline position: runs a scheduled LoopProgram without code generation, to check lowering and
+scheduling. Registration only so far; the interpreter arrives with its own issue.
+"""
+
+from __future__ import annotations
+
+from cortex.core.hookspecs import hookimpl
+from cortex.core.targets import TargetRegistrar
+from cortex.plugins.numpy_ref import target
+
+
+@hookimpl
+def cortex_register_targets(registry: TargetRegistrar) -> None:
+    registry.add(target.make_target())

@@ -1,0 +1,82 @@
+"""The ``opencl`` target's description: options, availability checks, backend factory.
+
+*Enabled* when pyopencl is installed (``find_spec``, no import); *runnable* when pyopencl sees
+at least one OpenCL device (this check imports pyopencl).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from importlib import metadata
+from typing import Any, Mapping
+
+from cortex.core import hostinfo
+from cortex.core.backend import Backend
+from cortex.core.errors import NotYetImplementedError
+from cortex.core.targets import Availability, Target, TargetOption
+
+FIX = "pip install 'cortex[opencl]'"
+DEVICE_FIX = (
+    "install your device's OpenCL driver (ICD), or `pip install pocl-binary-distribution` "
+    "for a CPU device"
+)
+_DEVICE = re.compile(r"^(|cpu|gpu|accelerator|\d+:\d+)$")
+
+
+def _device_problem(value: str) -> str | None:
+    return None if _DEVICE.match(value) else "not a device type or a 'platform:device' index"
+
+
+OPTIONS = (
+    TargetOption("device", str, "", "which OpenCL device runs the code",
+                 check=_device_problem,
+                 allowed="'' (the first device), 'cpu', 'gpu', 'accelerator', or 'P:D' "
+                         "(platform and device index, e.g. '0:1')"),
+    TargetOption("work_group_size", int, 0, "work-items per group; 0 lets the scheduler pick",
+                 minimum=0, maximum=4096, allowed="an integer from 0 to 4096 (0 = automatic)"),
+)
+
+
+def enabled() -> Availability:
+    if importlib.util.find_spec("pyopencl") is None:
+        return Availability.no("pyopencl is not installed", FIX)
+    return Availability.yes("pyopencl found")
+
+
+def runnable() -> Availability:
+    state = enabled()
+    if not state:
+        return state
+    found = hostinfo.opencl_devices()
+    if not found.devices:
+        return Availability.no(found.error, DEVICE_FIX)
+    return Availability.yes("; ".join(found.devices))
+
+
+def environment_info() -> dict[str, str]:
+    if not enabled():
+        return {"pyopencl": "not installed"}
+    found = hostinfo.opencl_devices()
+    return {
+        "pyopencl": metadata.version("pyopencl"),
+        "devices": "; ".join(found.devices) or found.error,
+    }
+
+
+def create_backend(options: Mapping[str, Any]) -> Backend:
+    raise NotYetImplementedError(
+        "code generation for target 'opencl' arrives with the OpenCL backend issue "
+        "(cortex/plugins/opencl); the target is registered so it can be listed and resolved"
+    )
+
+
+def make_target() -> Target:
+    return Target(
+        name="opencl",
+        description="any OpenCL device through pyopencl (PoCL's CPU device in CI)",
+        backend=create_backend,
+        options=OPTIONS,
+        enabled=enabled,
+        runnable=runnable,
+    )
