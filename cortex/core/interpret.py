@@ -1,0 +1,409 @@
+"""A vectorized NumPy interpreter for LoopPrograms: the executable oracle of lowering/scheduling.
+
+Pipeline position: the ``numpy`` target runs a (scheduled) :class:`~cortex.core.loopir.Program`
+here instead of rendering it; tests compare transformed programs against untransformed ones
+and rendered C against this interpreter.
+
+How it stays fast
+-----------------
+Loops of kind parallel / vectorized / gpu_group / gpu_thread have no loop-carried dependence
+(the lowering guarantees it), so each becomes a NumPy *axis*: the loop variable is an
+``arange`` on a new trailing axis and the body runs once, on arrays, with broadcasting.
+Variable bounds (a CSR range that differs per node) are handled with a lane *mask*: the axis
+gets the longest trip count and lanes past their own ``stop`` are masked off. A
+:class:`~cortex.core.loopir.Reduce` is evaluated the same way and summed over its axis.
+Serial and unrolled loops are Python loops (the level loop). Values at nesting depth ``d`` are
+arrays with ``d`` dims (size 1 where they do not vary), aligned by axis position.
+
+Semantics: all lanes run each statement in program order (lock-step), so barriers are
+no-ops here; Stores with masked lanes write only active lanes; Select/If evaluate each
+branch only for the lanes that take it, so guarded indirect loads never touch a bad index.
+Every active load and store is bounds-checked: an out-of-range index raises
+:class:`InterpretError` naming the buffer, never a silent wrong answer. Private/shared
+arrays start as NaN (floats) so reading before writing shows up in results.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+
+from cortex.core import loopir as ir
+
+VECTOR_KINDS = ("parallel", "vectorized", "gpu_group", "gpu_thread")
+_NP_DTYPES = {"int32": np.int32, "bool": np.bool_, "float32": np.float32, "float64": np.float64}
+_NEG_INF = {"float32": np.float32(-np.inf), "float64": np.float64(-np.inf)}
+
+
+class InterpretError(ir.LoopIRError):
+    """The program cannot run on these buffers (missing/misshaped input, out-of-bounds access)."""
+
+
+def np_dtype(dtype: str) -> type:
+    return _NP_DTYPES[dtype]
+
+
+@dataclass
+class _Local:
+    array: np.ndarray
+    depth: int  # lane axes in front of the user's dims
+    dtype: str
+
+
+class _Machine:
+    def __init__(self, program: ir.Program, buffers: dict[str, np.ndarray]) -> None:
+        self.program = program
+        self.buffers = buffers
+        self.dtypes = {b.name: b.dtype for b in program.buffers}
+        self.env: dict[str, np.ndarray] = {}
+        self.locals: dict[str, _Local] = {}
+        self.extents: list[int] = []  # lane extent of each vector axis
+
+    # ---------------------------------------------------------------- helpers
+    @property
+    def depth(self) -> int:
+        return len(self.extents)
+
+    def lift(self, a: np.ndarray) -> np.ndarray:
+        a = np.asarray(a)
+        d = self.depth
+        if a.ndim < d:
+            a = a.reshape(a.shape + (1,) * (d - a.ndim))
+        return a
+
+    def lane_index(self, axis: int) -> np.ndarray:
+        shape = [1] * self.depth
+        shape[axis] = self.extents[axis]
+        return np.arange(self.extents[axis]).reshape(shape)
+
+    def full_mask(self) -> np.ndarray:
+        return np.ones((1,) * self.depth, dtype=bool)
+
+    # ---------------------------------------------------------------- expressions
+    def eval(self, e: ir.Expr, mask: np.ndarray) -> np.ndarray:
+        return self.lift(self._eval(e, mask))
+
+    def _eval(self, e: ir.Expr, mask: np.ndarray) -> np.ndarray:
+        if isinstance(e, ir.Const):
+            dt = np.int64 if e.dtype == ir.INT else _NP_DTYPES[e.dtype]
+            return np.array(e.value, dtype=dt)
+        if isinstance(e, ir.Var):
+            try:
+                return self.env[e.name]
+            except KeyError:
+                raise InterpretError(f"unbound variable {e.name!r}") from None
+        if isinstance(e, ir.Load):
+            return self._load(e, mask)
+        if isinstance(e, ir.BinOp):
+            if e.op in ("and", "or"):
+                a = self.eval(e.a, mask)
+                b = self.eval(e.b, mask & a if e.op == "and" else mask & ~a)
+                return (a & b) if e.op == "and" else (a | b)
+            a, b = self.eval(e.a, mask), self.eval(e.b, mask)
+            op = e.op
+            if op == "+":
+                return a + b
+            if op == "-":
+                return a - b
+            if op == "*":
+                return a * b
+            if op == "/":
+                return a / b
+            if op == "//":
+                return np.floor_divide(a, np.where(b == 0, 1, b))
+            if op == "%":
+                return np.mod(a, np.where(b == 0, 1, b))
+            if op == "min":
+                return np.minimum(a, b)
+            return np.maximum(a, b)
+        if isinstance(e, ir.Cmp):
+            a, b = self.eval(e.a, mask), self.eval(e.b, mask)
+            return {
+                "<": np.less, "<=": np.less_equal, ">": np.greater,
+                ">=": np.greater_equal, "==": np.equal, "!=": np.not_equal,
+            }[e.op](a, b)
+        if isinstance(e, ir.Not):
+            return ~self.eval(e.a, mask).astype(bool)
+        if isinstance(e, ir.Select):
+            c = self.eval(e.cond, mask).astype(bool)
+            a = self.eval(e.a, mask & c)
+            b = self.eval(e.b, mask & ~c)
+            return np.where(c, a, b)
+        if isinstance(e, ir.Cast):
+            a = self.eval(e.a, mask)
+            if e.dtype == ir.INT:
+                return np.trunc(a).astype(np.int64) if a.dtype.kind == "f" else a.astype(np.int64)
+            return a.astype(_NP_DTYPES[e.dtype])
+        if isinstance(e, ir.Call):
+            args = [self.eval(a, mask) for a in e.args]
+            x = args[0]
+            if e.fn == "exp":
+                return np.exp(x)
+            if e.fn == "log":
+                return np.log(x)
+            if e.fn == "tanh":
+                return np.tanh(x)
+            if e.fn == "sigmoid":
+                one = x.dtype.type(1)
+                return one / (one + np.exp(-x))
+            if e.fn == "sqrt":
+                return np.sqrt(x)
+            if e.fn == "abs":
+                return np.abs(x)
+            return x * args[1] + args[2]  # fma
+        if isinstance(e, ir.Reduce):
+            return self._reduce(e, mask)
+        raise InterpretError(f"cannot evaluate {e!r}")
+
+    def _index(self, name: str, index: tuple[ir.Expr, ...], mask: np.ndarray, what: str):
+        """Evaluate and bounds-check an access; returns (array, index tuple, active mask)."""
+        idx = [self.eval(i, mask) for i in index]
+        if name in self.locals:
+            loc = self.locals[name]
+            arr = loc.array
+            idx = [self.lane_index(a) for a in range(loc.depth)] + idx
+        elif name in self.buffers:
+            arr = self.buffers[name]
+        else:
+            raise InterpretError(f"{what} of unknown buffer {name!r}")
+        if len(idx) != arr.ndim:
+            raise InterpretError(f"{what} {name}: {len(index)} indices for a {arr.ndim}-d buffer")
+        shape = np.broadcast_shapes(*(i.shape for i in idx)) if idx else ()
+        shape = (1,) * (self.depth - len(shape)) + tuple(shape)
+        # lanes this access really needs: reduce the mask over axes the index does not use
+        m = np.asarray(mask)
+        for ax in range(self.depth):
+            if shape[ax] == 1 and m.shape[ax] > 1:
+                m = m.any(axis=ax, keepdims=True)
+        out_idx = []
+        for k, i in enumerate(idx):
+            bad = ((i < 0) | (i >= arr.shape[k])) & m
+            if bad.any():
+                where = np.argwhere(np.broadcast_to(bad, np.broadcast_shapes(bad.shape, m.shape)))[0]
+                value = int(np.broadcast_to(i, bad.shape)[tuple(where)])
+                raise InterpretError(
+                    f"{what} {name}: index {value} out of bounds for axis {k} of size "
+                    f"{arr.shape[k]} (lane {tuple(int(x) for x in where)})"
+                )
+            out_idx.append(np.where(m, i, 0) if not m.all() else i)
+        return arr, tuple(out_idx), m
+
+    def _load(self, e: ir.Load, mask: np.ndarray) -> np.ndarray:
+        arr, idx, m = self._index(e.buffer, e.index, mask, "load")
+        if arr.size == 0:
+            shape = np.broadcast_shapes(m.shape, *(i.shape for i in idx))
+            return np.zeros(shape, dtype=arr.dtype)
+        out = arr[idx]
+        if out.dtype == np.int32:
+            out = out.astype(np.int64)
+        return out
+
+    def _push_axis(self, var: str, start: ir.Expr, stop: ir.Expr, mask: np.ndarray):
+        s, t = self.eval(start, mask), self.eval(stop, mask)
+        trip = np.broadcast_to(t - s, np.broadcast_shapes(s.shape, t.shape, mask.shape))
+        active = np.broadcast_to(mask, trip.shape)
+        extent = int(trip[active].max()) if active.any() else 0
+        extent = max(extent, 0)
+        self.extents.append(extent)
+        lanes = np.arange(extent).reshape((1,) * (self.depth - 1) + (extent,))
+        v = s[..., None] + lanes
+        new_mask = mask[..., None] & (v < t[..., None])
+        if var in self.env:
+            raise InterpretError(f"variable {var!r} is bound twice (names must not be shadowed)")
+        self.env[var] = v
+        return new_mask, extent
+
+    def _pop_axis(self, var: str) -> None:
+        self.extents.pop()
+        del self.env[var]
+
+    def _reduce(self, e: ir.Reduce, mask: np.ndarray) -> np.ndarray:
+        new_mask, extent = self._push_axis(e.var, e.start, e.stop, mask)
+        try:
+            dtype = _NP_DTYPES[ir.infer_dtype(e.body, self._all_dtypes())]
+            if extent == 0:
+                body = np.zeros((1,) * self.depth, dtype=dtype)
+                new_mask = np.zeros((1,) * self.depth, dtype=bool)
+            else:
+                body = self.eval(e.body, new_mask)
+            full = np.broadcast_shapes(body.shape, new_mask.shape)
+            if e.op == "max":
+                ident = _NEG_INF.get(ir.infer_dtype(e.body, self._all_dtypes()), np.iinfo(np.int64).min)
+                vals = np.where(new_mask, body, ident)
+                out = np.broadcast_to(vals, full).max(axis=-1) if full[-1] > 0 else np.full(full[:-1], ident)
+            else:
+                vals = np.where(new_mask, body, body.dtype.type(0))
+                out = np.broadcast_to(vals, full).sum(axis=-1, dtype=body.dtype)
+                if e.op == "mean":
+                    count = np.broadcast_to(new_mask, full).sum(axis=-1)
+                    out = out / np.maximum(count, 1).astype(body.dtype)
+        finally:
+            self._pop_axis(e.var)
+        return out
+
+    def _all_dtypes(self) -> dict[str, str]:
+        d = dict(self.dtypes)
+        d.update({n: loc.dtype for n, loc in self.locals.items()})
+        return d
+
+    # ---------------------------------------------------------------- statements
+    def exec(self, s: ir.Stmt, mask: np.ndarray) -> None:
+        if not mask.any():
+            return
+        if isinstance(s, ir.Seq):
+            for x in s.stmts:
+                self.exec(x, mask)
+        elif isinstance(s, ir.Store):
+            self._store(s, mask)
+        elif isinstance(s, ir.Let):
+            if s.var in self.env:
+                raise InterpretError(f"variable {s.var!r} is bound twice (names must not be shadowed)")
+            self.env[s.var] = self.eval(s.value, mask)
+            try:
+                self.exec(s.body, mask)
+            finally:
+                del self.env[s.var]
+        elif isinstance(s, ir.If):
+            c = self.eval(s.cond, mask).astype(bool)
+            self.exec(s.then, mask & c)
+            if s.orelse is not None:
+                self.exec(s.orelse, mask & ~c)
+        elif isinstance(s, ir.For):
+            if s.kind in VECTOR_KINDS:
+                new_mask, extent = self._push_axis(s.var, s.start, s.stop, mask)
+                try:
+                    if extent > 0:
+                        self.exec(s.body, new_mask)
+                finally:
+                    self._pop_axis(s.var)
+            else:
+                self._serial_for(s, mask)
+        elif isinstance(s, ir.Alloc):
+            lanes = tuple(self.extents)
+            dt = _NP_DTYPES[s.dtype]
+            fill = np.nan if s.dtype in ir.FLOAT_DTYPES else 0
+            if s.name in self.locals or s.name in self.buffers:
+                raise InterpretError(f"alloc {s.name!r} shadows another buffer")
+            self.locals[s.name] = _Local(np.full(lanes + s.shape, fill, dtype=dt), self.depth, s.dtype)
+            try:
+                self.exec(s.body, mask)
+            finally:
+                del self.locals[s.name]
+        elif isinstance(s, ir.Barrier):
+            pass  # lock-step execution: every lane has finished the statements before
+        else:
+            raise InterpretError(f"cannot execute {s!r}")
+
+    def _serial_for(self, s: ir.For, mask: np.ndarray) -> None:
+        st, sp = self.eval(s.start, mask), self.eval(s.stop, mask)
+        shape = np.broadcast_shapes(st.shape, sp.shape, mask.shape)
+        act = np.broadcast_to(mask, shape)
+        st_a, sp_a = np.broadcast_to(st, shape)[act], np.broadcast_to(sp, shape)[act]
+        if st_a.size == 0:
+            return
+        uniform = bool((st_a == st_a[0]).all() and (sp_a == sp_a[0]).all())
+        lo, hi = int(st_a.min()), int(sp_a.max())
+        if s.var in self.env:
+            raise InterpretError(f"variable {s.var!r} is bound twice (names must not be shadowed)")
+        try:
+            for i in range(lo, hi):
+                self.env[s.var] = np.array(i, dtype=np.int64)
+                m = mask if uniform else (mask & (st <= i) & (i < sp))
+                self.exec(s.body, m)
+        finally:
+            self.env.pop(s.var, None)
+
+    def _store(self, s: ir.Store, mask: np.ndarray) -> None:
+        arr, idx, _ = self._index(s.buffer, s.index, mask, "store")
+        if arr.flags.writeable is False:
+            raise InterpretError(f"store to read-only buffer {s.buffer!r}")
+        val = self.eval(s.value, mask)
+        parts = np.broadcast_arrays(mask, val, *idx)
+        m = parts[0]
+        sel = tuple(p[m] for p in parts[2:])
+        arr[sel] = parts[1][m].astype(arr.dtype, copy=False)
+
+    # ---------------------------------------------------------------- host
+    def host(self, steps: tuple[ir.Node, ...]) -> None:
+        for step in steps:
+            if isinstance(step, ir.Launch):
+                k = self.program.kernel(step.kernel)
+                if len(step.args) != len(k.params):
+                    raise InterpretError(f"launch of {k.name}: {len(step.args)} args for {len(k.params)} params")
+                vals = [self.eval(a, self.full_mask()) for a in step.args]
+                saved = dict(self.env)
+                for p, v in zip(k.params, vals):
+                    self.env[p] = v
+                try:
+                    self.exec(k.body, self.full_mask())
+                finally:
+                    self.env = saved
+            elif isinstance(step, ir.HostFor):
+                lo = int(self.eval(step.start, self.full_mask()))
+                hi = int(self.eval(step.stop, self.full_mask()))
+                for i in range(lo, hi):
+                    self.env[step.var] = np.array(i, dtype=np.int64)
+                    self.host(step.body)
+                self.env.pop(step.var, None)
+            else:
+                raise InterpretError(f"unknown host step {step!r}")
+
+
+def eval_shape(shape: tuple[ir.Expr, ...], sizes: Mapping[str, int]) -> tuple[int, ...]:
+    """A buffer shape with the size symbols bound."""
+    out = []
+    for d in shape:
+        v = ir.substitute(d, {k: ir.Const(int(x)) for k, x in sizes.items()})
+        c = ir.const_int(v)  # type: ignore[arg-type]
+        if c is None:
+            raise InterpretError(f"shape expression {d} does not reduce to an int with sizes {dict(sizes)}")
+        out.append(c)
+    return tuple(out)
+
+
+def allocate(program: ir.Program, sizes: Mapping[str, int], dtype_override: str | None = None) -> dict[str, np.ndarray]:
+    """Zero-filled arrays for every buffer of ``program`` (handy for outputs and temps)."""
+    return {
+        b.name: np.zeros(eval_shape(b.shape, sizes), dtype=_NP_DTYPES[b.dtype]) for b in program.buffers
+    }
+
+
+def run(
+    program: ir.Program, buffers: Mapping[str, np.ndarray], sizes: Mapping[str, int]
+) -> dict[str, np.ndarray]:
+    """Execute ``program``. Every input/param/index buffer must be given with its declared shape
+    and dtype; output and temp buffers are allocated (zeros) when absent and written in place
+    when given. Returns all buffers by name."""
+    missing = [s.name for s in program.sizes if s.name not in sizes]
+    if missing:
+        raise InterpretError(f"program {program.name}: sizes {missing} not given")
+    for s in program.sizes:
+        if int(sizes[s.name]) < s.lo:
+            raise InterpretError(f"size {s.name}={sizes[s.name]} is below its minimum {s.lo}")
+    bufs: dict[str, np.ndarray] = {}
+    for b in program.buffers:
+        shape = eval_shape(b.shape, sizes)
+        dt = np.dtype(_NP_DTYPES[b.dtype])
+        if b.name not in buffers:
+            if b.read_only:
+                raise InterpretError(f"program {program.name}: buffer {b.name!r} ({b.role}) not given")
+            bufs[b.name] = np.zeros(shape, dtype=dt)
+            continue
+        a = buffers[b.name]
+        if not isinstance(a, np.ndarray) or a.shape != shape or a.dtype != dt:
+            got = f"{a.dtype}{list(a.shape)}" if isinstance(a, np.ndarray) else type(a).__name__
+            raise InterpretError(f"buffer {b.name!r}: expected {dt}{list(shape)}, got {got}")
+        if b.read_only:
+            a = a.view()
+            a.flags.writeable = False
+        bufs[b.name] = a
+    m = _Machine(program, bufs)
+    for s in program.sizes:
+        m.env[s.name] = np.array(int(sizes[s.name]), dtype=np.int64)
+    with np.errstate(all="ignore"):  # masked-off lanes may compute garbage that is discarded
+        m.host(program.host)
+    out = dict(buffers)
+    out.update(bufs)
+    return out
