@@ -14,6 +14,7 @@ from cortex.core.backend import Backend
 from cortex.core.errors import NotYetImplementedError
 from cortex.core.targets import Availability, Target, TargetOption
 
+PACKAGE = "llvmlite"  # the Python package code generation needs
 FIX = "pip install 'cortex[llvm]'"
 
 
@@ -34,13 +35,13 @@ OPTIONS = (
 
 
 def enabled() -> Availability:
-    if importlib.util.find_spec("llvmlite") is None:
-        return Availability.no("llvmlite is not installed", FIX)
+    if importlib.util.find_spec(PACKAGE) is None:
+        return Availability.no(f"{PACKAGE} is not installed", FIX)
     try:
-        version = metadata.version("llvmlite")
+        version = metadata.version(PACKAGE)
     except metadata.PackageNotFoundError:
         version = "(unknown version)"
-    return Availability.yes(f"llvmlite {version} found")
+    return Availability.yes(f"{PACKAGE} {version} found")
 
 
 def runnable() -> Availability:

@@ -17,6 +17,7 @@ from cortex.core.backend import Backend
 from cortex.core.errors import NotYetImplementedError
 from cortex.core.targets import Availability, Target, TargetOption
 
+PACKAGE = "pycuda"  # the Python package launches need
 FIX = "pip install 'cortex[cuda]'"
 NVCC_FIX = "install the CUDA toolkit and put nvcc on PATH (or set CUDA_HOME)"
 DRIVER_FIX = "run on a machine with an NVIDIA GPU and its driver"
@@ -60,8 +61,8 @@ def runnable() -> Availability:
     if driver.error:
         problems.append(driver.error)
         fixes.append(DRIVER_FIX)
-    if importlib.util.find_spec("pycuda") is None:
-        problems.append("pycuda is not installed")
+    if importlib.util.find_spec(PACKAGE) is None:
+        problems.append(f"{PACKAGE} is not installed")
         fixes.append(FIX)
     if problems:
         return Availability.no("; ".join(problems), "; ".join(fixes))

@@ -16,6 +16,7 @@ from cortex.core.backend import Backend
 from cortex.core.errors import NotYetImplementedError
 from cortex.core.targets import Availability, Target, TargetOption
 
+PACKAGE = "pyopencl"  # the Python package code generation needs
 FIX = "pip install 'cortex[opencl]'"
 DEVICE_FIX = (
     "install your device's OpenCL driver (ICD), or `pip install pocl-binary-distribution` "
@@ -39,9 +40,9 @@ OPTIONS = (
 
 
 def enabled() -> Availability:
-    if importlib.util.find_spec("pyopencl") is None:
-        return Availability.no("pyopencl is not installed", FIX)
-    return Availability.yes("pyopencl found")
+    if importlib.util.find_spec(PACKAGE) is None:
+        return Availability.no(f"{PACKAGE} is not installed", FIX)
+    return Availability.yes(f"{PACKAGE} found")
 
 
 def runnable() -> Availability:

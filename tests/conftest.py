@@ -1,0 +1,70 @@
+"""Shared fixtures: a clean plugin system per test, and temporary plugin distributions.
+
+``clean_plugins`` forgets the process-wide plugins before and after a test and clears the
+plugin environment switches, so tests that register plugins or set switches cannot leak into
+others. ``make_distribution`` writes a real installed-distribution layout (a module plus a
+``*.dist-info`` folder with ``METADATA`` and ``entry_points.txt``) into a temporary folder on
+``sys.path``, which ``importlib.metadata`` discovers like any pip-installed plugin.
+"""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+import sys
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+PLUGIN_SAMPLES = Path(__file__).parent / "plugins"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "hook(name): the test exercises the plugin hook spec `name` "
+        "(checked by tests/core/test_hookspecs_documented.py)",
+    )
+
+
+@pytest.fixture
+def clean_plugins(monkeypatch: pytest.MonkeyPatch):
+    """A fresh plugin system for the test, with no plugin environment switch set."""
+    from cortex.core import plugins
+
+    for name in plugins.ENV_SWITCHES:
+        monkeypatch.delenv(name, raising=False)
+    plugins.reset_plugins()
+    yield plugins
+    plugins.reset_plugins()
+
+
+@pytest.fixture
+def make_distribution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Path]:
+    """``make_distribution(dist, version, module, sample, entry_points)`` -> the sys.path folder.
+
+    ``sample`` names a file in ``tests/plugins/`` copied in as ``module.py``; ``entry_points``
+    maps entry-point names (group ``cortex.plugins``) to ``module`` or ``module:attr``.
+    """
+    site = tmp_path / "site-packages"
+    site.mkdir()
+    monkeypatch.syspath_prepend(str(site))
+    modules: list[str] = []
+
+    def make(dist: str, version: str, module: str, sample: str,
+             entry_points: dict[str, str]) -> Path:
+        shutil.copy(PLUGIN_SAMPLES / sample, site / f"{module}.py")
+        info = site / f"{dist.replace('-', '_')}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n", encoding="utf-8")
+        lines = ["[cortex.plugins]"] + [f"{name} = {value}" for name, value in entry_points.items()]
+        (info / "entry_points.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        modules.append(module)
+        importlib.invalidate_caches()
+        return site
+
+    yield make
+    for module in modules:
+        sys.modules.pop(module, None)
