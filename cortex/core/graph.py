@@ -536,9 +536,18 @@ def _ty(dtype: str, shape: Shape) -> str:
 
 
 def format_value(v: Value) -> str:
-    args = ", ".join(f"%{a}" for a in v.args)
-    attrs = " ".join(f"{k}={val!r}" if isinstance(val, str) is False else f"{k}={val}" for k, val in v.attrs)
-    head = " ".join(p for p in (v.op, args, attrs) if p)
+    """One line: ``%id = op args attrs : type [domain] [#group]``."""
+    a = dict(v.attrs)
+    if v.op in ("param", "input"):
+        head = f"{v.op} {a['name']}"
+    elif v.op == "child_state":
+        head = f"child_state {a['state']}[{'*' if a.get('index') is None else a['index']}]"
+    elif v.op == "const":
+        head = f"const {a['value']!r}"
+    else:
+        args = ", ".join(f"%{x}" for x in v.args)
+        attrs = " ".join(f"{k}={val}" for k, val in v.attrs)
+        head = " ".join(p for p in (v.op, args, attrs) if p)
     tail = f" : {_ty(v.dtype, v.shape)}"
     if v.domain != "node":
         tail += f" {v.domain}"

@@ -1,0 +1,25 @@
+"""Graph passes over the RecursiveGraph: pure functions ``RecursiveGraph -> RecursiveGraph``.
+
+Pipeline position: between tracing and the recursion lowering; the order lives in
+``cortex.core.passes.pipeline``.
+"""
+
+from cortex.core.passes.cse import cse
+from cortex.core.passes.dce import dce
+from cortex.core.passes.fold_constants import fold_constants
+from cortex.core.passes.fusion_groups import fusion_groups
+from cortex.core.passes.hoist import hoist_invariant
+from cortex.core.passes.pipeline import ALL_PASSES, DEFAULT_PASSES, run_passes
+from cortex.core.passes.stack_gates import stack_gates
+
+__all__ = [
+    "cse",
+    "dce",
+    "fold_constants",
+    "fusion_groups",
+    "hoist_invariant",
+    "stack_gates",
+    "run_passes",
+    "ALL_PASSES",
+    "DEFAULT_PASSES",
+]

@@ -1,0 +1,56 @@
+"""The graph-pass pipeline: the one place that lists which passes run, in which order.
+
+Pipeline position: between tracing and the recursion lowering. Each pass is a pure function
+``RecursiveGraph -> RecursiveGraph`` (see the modules of this package); ``run_passes`` verifies
+the graph after every pass so a broken pass is caught where it happens.
+
+Order: fold constants (leaf cases written with zero children shrink) -> CSE (one id per distinct
+value, so "same input" is visible) -> DCE -> gate stacking -> hoisting (a stacked leaf
+projection of an embedding becomes one table) -> CSE -> DCE -> fusion groups (annotation; last).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from cortex.core.graph import RecursiveGraph, verify
+from cortex.core.passes.cse import cse
+from cortex.core.passes.dce import dce
+from cortex.core.passes.fold_constants import fold_constants
+from cortex.core.passes.fusion_groups import fusion_groups
+from cortex.core.passes.hoist import hoist_invariant
+from cortex.core.passes.stack_gates import stack_gates
+
+GraphPass = Callable[[RecursiveGraph], RecursiveGraph]
+
+DEFAULT_PASSES: tuple[GraphPass, ...] = (
+    fold_constants,
+    cse,
+    dce,
+    stack_gates,
+    hoist_invariant,
+    cse,
+    dce,
+    fusion_groups,
+)
+
+ALL_PASSES: dict[str, GraphPass] = {
+    "fold_constants": fold_constants,
+    "cse": cse,
+    "dce": dce,
+    "stack_gates": stack_gates,
+    "hoist_invariant": hoist_invariant,
+    "fusion_groups": fusion_groups,
+}
+
+
+def run_passes(graph: RecursiveGraph, passes: Sequence[GraphPass] = DEFAULT_PASSES) -> RecursiveGraph:
+    """Apply ``passes`` in order, verifying the graph after each one."""
+    verify(graph)
+    for p in passes:
+        graph = p(graph)
+        try:
+            verify(graph)
+        except ValueError as e:
+            raise type(e)(f"after pass {p.__name__}: {e}") from None
+    return graph
