@@ -215,7 +215,7 @@ class PluginSystem:
         unknown = [hc.name for hc in self.manager.get_hookcallers(plugin) or [] if hc.spec is None]
         if unknown:
             self.manager.unregister(plugin)
-            known = ", ".join(self.hook_names())
+            known = ", ".join(hook_names())
             self._fail(PluginFailure(
                 name, source, "hooks",
                 f"implements unknown hook(s) {', '.join(unknown)}; Cortex's hooks are: {known}"))
@@ -318,8 +318,12 @@ class PluginSystem:
             result.append(PluginInfo(name, source, module, version, hooks))
         return result
 
-    def hook_names(self) -> tuple[str, ...]:
-        return tuple(sorted(n for n in vars(hookspecs) if n.startswith("cortex_")))
+
+
+def hook_names() -> tuple[str, ...]:
+    """The names of Cortex's hook specs."""
+    marker = f"{hookspecs.PROJECT_NAME}_spec"
+    return tuple(sorted(n for n, f in vars(hookspecs).items() if hasattr(f, marker)))
 
 
 def _kwargs(impl: pluggy.HookImpl, **available: Any) -> dict[str, Any]:
