@@ -25,6 +25,12 @@ Invariants (N = ``num_nodes``, L = ``num_levels``):
 * ``word_ids[v]`` is the per-node token id (-1 where a node carries no token), or ``None``
   when no input carries tokens; ``features`` is ``[N, F]`` float64 or ``None``.
 * Index arrays are int32 (compact for GPUs; the linearizer rejects batches that overflow).
+* Within a level, nodes are ordered by (input, the input's own node order): level 0 of a
+  sentence lists its words left to right.
+* ``labels[v]`` is an optional per-node integer label (SST sentiment, -1 = none).
+
+``validate()`` checks all of the above with a fixed number of NumPy calls (no per-node Python)
+and raises :class:`InvariantError` naming the first violated invariant.
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ class LinearizedBatch:
     # For mapping output rows back to the user's nodes: origin[v] = (batch index, key) where key
     # is a path like "root.1.0" for trees, or the user's node id for parent arrays / edge lists.
     origin: Sequence[tuple[int, Any]] | None = field(default=None, repr=False)
+    labels: np.ndarray | None = None  # int32 [N], -1 = no label (added: SST node labels)
 
     @property
     def num_levels(self) -> int:
@@ -80,3 +87,74 @@ class LinearizedBatch:
     def arity(self) -> np.ndarray:
         """Number of children of every node, int32 [N]."""
         return np.diff(self.child_offsets).astype(INDEX_DTYPE)
+
+    def validate(self) -> None:
+        """Check every invariant of the module docstring, vectorized; raise InvariantError."""
+        _validate(self)
+
+
+class InvariantError(ValueError):
+    """A LinearizedBatch violates the safety contract (see the module docstring)."""
+
+
+def _check(ok: bool | np.bool_, what: str) -> None:
+    if not bool(ok):
+        raise InvariantError(f"LinearizedBatch invariant violated: {what}")
+
+
+def _is_index(a: Any, ndim: int) -> bool:
+    return isinstance(a, np.ndarray) and a.dtype == INDEX_DTYPE and a.ndim == ndim
+
+
+def _validate(b: LinearizedBatch) -> None:
+    n = b.num_nodes
+    for name, nd in (("level_offsets", 1), ("child_offsets", 1), ("child_ids", 1),
+                     ("child_table", 2), ("roots", 1), ("node_input", 1)):
+        _check(_is_index(getattr(b, name), nd), f"{name} must be a {nd}-D int32 array")
+    lo, co, ci, ct = b.level_offsets, b.child_offsets, b.child_ids, b.child_table
+    _check(n >= 1, "num_nodes >= 1")
+    _check(len(lo) >= 2 and lo[0] == 0 and lo[-1] == n, "level_offsets runs 0..N")
+    _check(np.all(np.diff(lo) > 0), "every level is non-empty (levels are minimal)")
+    _check(len(co) == n + 1 and co[0] == 0 and co[-1] == len(ci), "child_offsets is CSR over N")
+    arity = np.diff(co)
+    _check(np.all(arity >= 0), "child_offsets is non-decreasing")
+    _check(np.all((ci >= 0) & (ci < n)), "child ids lie in [0, N)")
+    level = np.repeat(np.arange(len(lo) - 1), np.diff(lo))
+    parent_of_edge = np.repeat(np.arange(n), arity)
+    _check(np.all(ci < parent_of_edge), "every child id is smaller than its parent's id")
+    _check(np.array_equal(arity == 0, level == 0), "level 0 holds exactly the leaves")
+    child_max = np.full(n, -1, dtype=np.int64)
+    np.maximum.at(child_max, parent_of_edge, level[ci])
+    internal = arity > 0
+    _check(np.array_equal(level[internal], child_max[internal] + 1),
+           "a node's level is 1 + the max level of its children (its height)")
+    k = int(arity.max()) if n else 0
+    _check(ct.shape == (n, k), f"child_table has shape [N, max_arity] = [{n}, {k}]")
+    if k:
+        cols = np.arange(len(ci)) - np.repeat(co[:-1], arity)
+        _check(np.array_equal(ct[parent_of_edge, cols], ci), "child_table rows equal the CSR lists")
+        _check(int(np.count_nonzero(ct != -1)) == len(ci), "child_table is -1 padded")
+    nb = len(b.roots)
+    ni = b.node_input
+    _check(nb >= 1 and len(ni) == n, "roots is non-empty and node_input has N entries")
+    _check(np.all((ni >= 0) & (ni < nb)), "node_input lies in [0, batch_size)")
+    _check(np.all((b.roots >= 0) & (b.roots < n)), "roots lie in [0, N)")
+    _check(np.array_equal(ni[b.roots], np.arange(nb)), "roots[b] belongs to input b")
+    _check(np.array_equal(ni[ci], ni[parent_of_edge]), "children belong to their parent's input")
+    indeg = np.bincount(ci, minlength=n)
+    is_root = np.zeros(n, dtype=bool)
+    is_root[b.roots] = True
+    _check(np.array_equal(indeg == 0, is_root), "exactly the roots have no parent")
+    same_level = level[1:] == level[:-1]
+    _check(np.all(np.diff(ni)[same_level] >= 0), "within a level nodes are ordered by input")
+    if b.word_ids is not None:
+        _check(_is_index(b.word_ids, 1) and len(b.word_ids) == n, "word_ids is int32 [N]")
+        _check(np.all(b.word_ids >= -1), "word_ids are >= -1")
+    if b.features is not None:
+        f = b.features
+        _check(isinstance(f, np.ndarray) and f.dtype == np.float64 and f.ndim == 2
+               and f.shape[0] == n, "features is float64 [N, F]")
+    if b.labels is not None:
+        _check(_is_index(b.labels, 1) and len(b.labels) == n, "labels is int32 [N]")
+    if b.origin is not None:
+        _check(len(b.origin) == n, "origin has N entries")

@@ -1,0 +1,123 @@
+"""The linearizer: user structures -> :class:`~cortex.core.structure.LinearizedBatch`.
+
+Pipeline position: runs on the host on every call of a compiled model, before any native code;
+it is the safety boundary (native code trusts every index it produces) and it is on the
+latency path. One module per job:
+
+* ``forms``    -- typed wrappers for ambiguous inputs and the rules for raw Python objects;
+* ``nested``   -- tuples/lists, objects with ``children``, ``ast`` trees (one iterative pass);
+* ``sexpr``    -- PTB/SST s-expressions;
+* ``arrays``   -- parent arrays, child tables, edge lists, sequences, grids (vectorized);
+* ``assemble`` -- batch-wide validation and level numbering in NumPy;
+* ``cache``    -- LRU caches for structures seen before;
+* ``errors``   -- the ``ValueError`` subclasses, each naming the input index and the node.
+
+Usage::
+
+    from cortex.core.linearize import linearize, ParentArray
+    batch = linearize(["(3 (2 It) (4 fine))", ParentArray([-1, 0, 0], words=[-1, 4, 7])],
+                      arity=2, vocab=vocab)
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+import numpy as np
+
+from ..structure import LinearizedBatch
+from . import cache as _cache
+from .arrays import array_part
+from .assemble import MAX_INDEX, MAX_TABLE_ENTRIES, Origin, assemble
+from .ast_types import AST_NODE_TYPES, AST_TYPE_IDS, AST_UNKNOWN, AST_VOCAB_SIZE, ast_type_id
+from .cache import cache_info, clear_cache, set_cache
+from .errors import (ArityError, CycleError, EmptyBatchError, FeatureError, IndexOverflowError,
+                     MixedInputError, NodeIndexError, ParseError, RootError, StructureError,
+                     TokenError, UnsupportedInputError)
+from .forms import ChildTable, EdgeList, Grid, Node, ParentArray, Sequence, SExpr, Tree
+from .nested import flatten_nested
+from .parts import Part
+from .sexpr import parse_sexpr
+
+__all__ = [
+    "linearize", "read_part", "LinearizedBatch", "Origin",
+    "Node", "Tree", "SExpr", "ParentArray", "ChildTable", "EdgeList", "Sequence", "Grid",
+    "StructureError", "EmptyBatchError", "ParseError", "CycleError", "RootError",
+    "NodeIndexError", "ArityError", "TokenError", "FeatureError", "MixedInputError",
+    "IndexOverflowError", "UnsupportedInputError",
+    "set_cache", "clear_cache", "cache_info", "MAX_INDEX", "MAX_TABLE_ENTRIES",
+    "AST_NODE_TYPES", "AST_TYPE_IDS", "AST_UNKNOWN", "AST_VOCAB_SIZE", "ast_type_id",
+]
+
+_ARRAY_FORMS = (ParentArray, ChildTable, EdgeList, Sequence, Grid)
+
+
+def _sexpr_part(text: str, vocab: Any, label_vocab: Any, index: int, key: Any) -> Part:
+    if key is not None:
+        part = _cache.STATE.sexprs.get(key)
+        if part is not None:
+            return part
+    part = parse_sexpr(text, vocab, label_vocab, index)
+    if key is not None:
+        _cache.STATE.sexprs.put(key, part)
+    return part
+
+
+def read_part(x: Any, vocab: Any = None, index: int = 0, key: Any = None) -> Part:
+    """Read one input (any supported form) into a :class:`Part` (no batch-wide checks yet)."""
+    t = type(x)
+    if t in _ARRAY_FORMS:
+        return array_part(x, vocab, index)
+    if t is str:
+        return _sexpr_part(x, vocab, None, index, key)
+    if t is SExpr:
+        v = vocab if x.vocab is None else x.vocab
+        memo = x._parsed
+        if memo and memo[0] is v:
+            return memo[1]
+        part = parse_sexpr(x.text, v, x.label_vocab, index)
+        memo[:] = [v, part]
+        return part
+    if t is Tree:
+        return flatten_nested(x.root, vocab if x.vocab is None else x.vocab, index)
+    if isinstance(x, np.ndarray):
+        raise UnsupportedInputError(
+            "a bare NumPy array is ambiguous: wrap it in ParentArray, ChildTable, EdgeList, "
+            "Sequence or Grid", input_index=index)
+    if t is tuple or t is list or t is int or isinstance(x, ast.AST) or hasattr(x, "children"):
+        return flatten_nested(x, vocab, index)
+    raise UnsupportedInputError(
+        f"cannot read a {t.__name__} as a structure: give nested tuples/lists, an s-expression "
+        "string, an ast tree, an object with .children or a cortex.data wrapper "
+        "(ParentArray, ChildTable, EdgeList, Sequence, Grid, SExpr, Tree)", input_index=index)
+
+
+def linearize(structures: Any, *, arity: int | None = None, vocab_size: int | None = None,
+              feature_dim: int | None = None, vocab: Any = None,
+              cache: bool = True) -> LinearizedBatch:
+    """Linearize one structure, or a ``list`` of them (a batch), into a LinearizedBatch.
+
+    ``arity=k`` requires exactly k children on every internal node (fixed-arity models);
+    ``vocab_size`` requires token ids in ``[0, vocab_size)``; ``feature_dim`` requires feature
+    vectors of that size; ``vocab`` maps string tokens to ids (``vocab[token] -> int``).
+    ``cache=False`` bypasses the caches for this call. Raises a :class:`StructureError`
+    (a ``ValueError``) naming the input index and node for any input that is not safe.
+    """
+    items = structures if type(structures) is list else [structures]
+    if not items:
+        raise EmptyBatchError("empty batch: give at least one structure")
+    keys: list[Any] = [None] * len(items)
+    bkey = None
+    if cache and _cache.STATE.enabled:
+        keys = [_cache.input_key(x, vocab) for x in items]
+        if None not in keys:
+            bkey = (tuple(keys), arity, vocab_size, feature_dim)
+            hit = _cache.STATE.batches.get(bkey)
+            if hit is not None:
+                return hit
+    parts = [read_part(x, vocab, i, keys[i]) for i, x in enumerate(items)]
+    out = assemble(parts, arity=arity, vocab_size=vocab_size, feature_dim=feature_dim)
+    if bkey is not None and _cache.key_size(bkey) <= _cache.MAX_KEY_BYTES:
+        _cache.STATE.batches.put(bkey, out)
+    return out

@@ -1,0 +1,180 @@
+"""Readers for array forms: parent arrays, child tables, edge lists, sequences, grids.
+
+Pipeline position: ``linearize`` calls :func:`array_part` for each wrapped array input. These
+readers only convert and reshape (a handful of NumPy calls per input, no per-node Python);
+index ranges, roots and cycles are checked once for the whole batch in ``assemble``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import forms
+from .errors import (EmptyBatchError, FeatureError, NodeIndexError, TokenError,
+                     UnsupportedInputError)
+from .parts import GridKeys, Part, id_key
+from .tokens import int_array, resolve_words, to_int64
+
+_INT64_MAX = 2**63 - 1
+
+
+def _words(words: Any, n: int, vocab: Any, index: int, what: str = "words") -> np.ndarray | None:
+    if words is None:
+        return None
+    arr = np.asarray(words)
+    if arr.dtype.kind in "US" or arr.dtype == object:
+        lst = arr.reshape(-1).tolist()
+        if len(lst) != n:
+            raise TokenError(f"{what} has {len(lst)} entries for {n} nodes", input_index=index)
+        return resolve_words(lst, vocab, id_key, index)
+    if arr.size and arr.dtype.kind not in "iu":
+        raise TokenError(f"{what} must be integer ids or strings, got dtype {arr.dtype}",
+                         input_index=index)
+    arr = arr.reshape(-1)
+    if len(arr) != n:
+        raise TokenError(f"{what} has {len(arr)} entries for {n} nodes", input_index=index)
+    return to_int64(arr, _INT64_MAX)
+
+
+def _features(features: Any, n: int, index: int) -> np.ndarray | None:
+    if features is None:
+        return None
+    try:
+        arr = np.asarray(features, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise FeatureError(f"features are not numeric: {exc}", input_index=index) from None
+    if arr.ndim == 3:  # a grid's [rows, cols, F]
+        arr = arr.reshape(arr.shape[0] * arr.shape[1], arr.shape[2])
+    if arr.ndim != 2:
+        raise FeatureError(f"features must be [num_nodes, F], got shape {arr.shape}",
+                           input_index=index)
+    if arr.shape[0] != n:
+        raise FeatureError(f"features have {arr.shape[0]} rows for {n} nodes",
+                           input_index=index)
+    return arr
+
+
+def _labels(labels: Any, n: int, index: int) -> np.ndarray | None:
+    if labels is None:
+        return None
+    arr = int_array(labels, "labels", index, 1)
+    if len(arr) != n:
+        raise TokenError(f"labels has {len(arr)} entries for {n} nodes", input_index=index)
+    return to_int64(arr, _INT64_MAX)
+
+
+def _parent_array(x: forms.ParentArray, vocab: Any, index: int) -> Part:
+    par = int_array(x.parents, "parents", index, 1)
+    n = len(par)
+    if n == 0:
+        raise EmptyBatchError("parent array has no node", input_index=index)
+    return Part(n, to_int64(par, n), None, _words(x.words, n, vocab, index),
+                _features(x.features, n, index), _labels(x.labels, n, index), id_key)
+
+
+def _child_table(x: forms.ChildTable, vocab: Any, index: int) -> Part:
+    tbl = int_array(x.table, "child table", index, 2)
+    n = tbl.shape[0]
+    if n == 0:
+        raise EmptyBatchError("child table has no node", input_index=index)
+    tbl = to_int64(tbl, n)
+    bad = (tbl < -1) | (tbl >= n)
+    if bad.any():
+        v, j = np.argwhere(bad)[0]
+        raise NodeIndexError(f"child {j} = {tbl[v, j]} is outside [0, {n}) (-1 pads rows)",
+                             input_index=index, path=int(v))
+    if tbl.shape[1] > 1:
+        gap = (tbl[:, 1:] >= 0) & (tbl[:, :-1] < 0)
+        if gap.any():
+            v = int(np.argwhere(gap)[0][0])
+            raise NodeIndexError("a -1 pad precedes a child: pad rows on the right only",
+                                 input_index=index, path=v)
+    mask = tbl >= 0
+    ep = np.nonzero(mask)[0].astype(np.int64)
+    ec = tbl[mask]
+    return Part(n, None, (ep, ec), _words(x.words, n, vocab, index),
+                _features(x.features, n, index), _labels(x.labels, n, index), id_key)
+
+
+def _edge_list(x: forms.EdgeList, vocab: Any, index: int) -> Part:
+    n = x.num_nodes
+    if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 1:
+        raise EmptyBatchError(f"num_nodes must be a positive int, got {n!r}", input_index=index)
+    n = int(n)
+    e = np.asarray(x.edges)
+    if e.size == 0:
+        e = np.zeros((0, 2), dtype=np.int64)
+    e = int_array(e, "edges", index, 2)
+    if e.shape[1] != 2:
+        raise UnsupportedInputError(f"edges must be (parent, child) pairs, shape [E, 2]; got "
+                                    f"{e.shape}", input_index=index)
+    e = to_int64(e, n)
+    return Part(n, None, (e[:, 0].copy(), e[:, 1].copy()), _words(x.words, n, vocab, index),
+                _features(x.features, n, index), _labels(x.labels, n, index), id_key)
+
+
+def _chain(n: int) -> np.ndarray:
+    par = np.arange(1, n + 1, dtype=np.int64)
+    par[-1] = -1
+    return par
+
+
+def _sequence(x: forms.Sequence, vocab: Any, index: int) -> Part:
+    items = x.items
+    arr = items if isinstance(items, np.ndarray) else None
+    if arr is None:
+        try:
+            arr = np.asarray(items)
+        except ValueError as exc:
+            raise FeatureError(f"sequence items are ragged: {exc}", input_index=index) from None
+    if arr.ndim == 0 or len(arr) == 0:
+        raise EmptyBatchError("empty sequence", input_index=index)
+    n = len(arr)
+    if arr.ndim == 2 and arr.dtype.kind in "fiu":  # feature vectors [T, F]
+        return Part(n, _chain(n), None, None, _features(arr, n, index), None, id_key,
+                    trusted=True)
+    if arr.ndim != 1:
+        raise FeatureError(f"a sequence is 1-D tokens or 2-D float features [T, F]; got shape "
+                           f"{arr.shape} dtype {arr.dtype}", input_index=index)
+    if arr.dtype.kind == "f":
+        raise TokenError("1-D float items: tokens are ints or strings (features are [T, F])",
+                         input_index=index)
+    words = _words(arr, n, vocab, index, "sequence tokens")
+    if words is None or bool(np.any(words < 0)):
+        bad = 0 if words is None else int(np.flatnonzero(words < 0)[0])
+        raise TokenError("sequence tokens must be >= 0", input_index=index, path=bad)
+    return Part(n, _chain(n), None, words, None, None, id_key, trusted=True)
+
+
+def _grid(x: forms.Grid, vocab: Any, index: int) -> Part:
+    rows, cols = x.rows, x.cols
+    for name, v in (("rows", rows), ("cols", cols)):
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
+            raise EmptyBatchError(f"grid {name} must be a positive int, got {v!r}",
+                                  input_index=index)
+    rows, cols = int(rows), int(cols)
+    n = rows * cols
+    ids = np.arange(n, dtype=np.int64)
+    up = ids[cols:]
+    left = ids[ids % cols != 0]
+    ep = np.concatenate([up, left])
+    ec = np.concatenate([up - cols, left - 1])
+    which = np.concatenate([np.zeros(len(up), np.int8), np.ones(len(left), np.int8)])
+    order = np.lexsort((which, ep))
+    return Part(n, None, (ep[order], ec[order]), _words(x.words, n, vocab, index),
+                _features(x.features, n, index), None, GridKeys(cols), trusted=True)
+
+
+_READERS = {
+    forms.ParentArray: _parent_array,
+    forms.ChildTable: _child_table,
+    forms.EdgeList: _edge_list,
+    forms.Sequence: _sequence,
+    forms.Grid: _grid,
+}
+
+
+def array_part(x: Any, vocab: Any, index: int) -> Part:
+    return _READERS[type(x)](x, vocab if x.vocab is None else x.vocab, index)

@@ -1,0 +1,77 @@
+"""Token and per-node attribute conversion shared by the input-form readers.
+
+Pipeline position: used by ``nested``, ``sexpr`` and ``arrays`` to turn the user's tokens
+(strings through a vocabulary, or integer ids) into int64 arrays. A vocabulary is any object
+with ``vocab[token] -> int`` raising ``KeyError`` for unknown tokens (``cortex.data.Vocabulary``
+maps unknown tokens to its unknown id instead); range checks happen later, batch-wide.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from .errors import TokenError
+
+NO_TOKEN = -1
+
+
+def resolve_words(
+    words: list[Any], vocab: Any, where: Callable[[int], Any], index: int
+) -> np.ndarray | None:
+    """``words``: per node, ``-1`` / an int id / a str token. Returns int64 ids or None if none."""
+    has_str = False
+    for w in words:
+        if type(w) is str:
+            has_str = True
+            break
+    if has_str:
+        if vocab is None:
+            i = next(i for i, w in enumerate(words) if type(w) is str)
+            raise TokenError(
+                f"string token {words[i]!r} needs a vocabulary: pass vocab= to linearize() "
+                "or to the input's wrapper, or give integer ids",
+                input_index=index, path=where(i))
+        get = vocab.__getitem__
+        out = []
+        for i, w in enumerate(words):
+            if type(w) is str:
+                try:
+                    w = get(w)
+                except KeyError:
+                    raise TokenError(f"token {w!r} is not in the vocabulary",
+                                     input_index=index, path=where(i)) from None
+            out.append(w)
+        words = out
+    try:
+        arr = np.array(words, dtype=np.int64)
+    except (OverflowError, TypeError, ValueError):
+        for i, w in enumerate(words):
+            if not isinstance(w, (int, np.integer)) or not -(2**63) <= int(w) < 2**63:
+                raise TokenError(f"token id {w!r} is not a valid integer id",
+                                 input_index=index, path=where(i)) from None
+        raise
+    if not arr.size or bool(np.all(arr == NO_TOKEN)):
+        return None
+    return arr
+
+
+def int_array(a: Any, what: str, index: int, ndim: int) -> np.ndarray:
+    """An integer array of ``ndim`` dims, as given (no lossy cast); TokenError-free checks."""
+    from .errors import UnsupportedInputError
+
+    arr = np.asarray(a)
+    if arr.ndim != ndim or (arr.size and arr.dtype.kind not in "iu"):
+        raise UnsupportedInputError(
+            f"{what} must be a {ndim}-D array of integers, got dtype {arr.dtype} "
+            f"with shape {arr.shape}", input_index=index)
+    return arr
+
+
+def to_int64(arr: np.ndarray, upper: int) -> np.ndarray:
+    """Cast to int64 after making sure unsigned values cannot wrap (values >= upper are kept
+    as ``upper`` so the caller's range check still fails on them)."""
+    if arr.dtype.kind == "u" and arr.size and arr.max() >= upper:
+        arr = np.minimum(arr, upper).astype(np.int64)
+    return arr.astype(np.int64, copy=False)
