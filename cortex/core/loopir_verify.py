@@ -312,8 +312,17 @@ class _Checker:
         if b is None:
             return a
         if lower:
-            return b if self.prover.le(a, b) else a
-        return b if self.prover.le(b, a) else a
+            if self.prover.le(a, b):
+                return b
+            if self.prover.le(b, a):
+                return a
+        else:
+            if self.prover.le(b, a):
+                return b
+            if self.prover.le(a, b):
+                return a
+        # incomparable: a constant bound beats a symbolic one, else the refinement ``a`` wins
+        return b if b.is_const and not a.is_const else a
 
     def _interval(self, e: ir.Expr, sc: _Scope) -> Interval:
         if isinstance(e, ir.Const) and e.dtype == ir.INT:
@@ -407,6 +416,8 @@ class _Checker:
         ia, ib = self.interval(a, sc), self.interval(b, sc)
 
         def put(x: ir.Expr, lo: Affine | None, hi: Affine | None) -> None:
+            if isinstance(x, ir.Const):
+                return
             old = facts.get(x, self.interval(x, sc))
             facts[x] = Interval(self._tighter(lo, old.lo, True), self._tighter(hi, old.hi, False))
 
