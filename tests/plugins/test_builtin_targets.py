@@ -1,0 +1,113 @@
+"""Registration and honest availability of the four built-in targets.
+
+Test ids carry the target name, so one backend's tests run alone with ``-k llvm`` (tox does).
+``CORTEX_TEST_REQUIRE=llvm,opencl`` turns "this target is usable here" from an observation into
+a requirement: CI sets it for the backends it installs, so a broken install fails loudly
+instead of quietly reporting the target as disabled.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+
+from cortex.core import hostinfo
+
+pytestmark = pytest.mark.usefixtures("clean_plugins")
+
+PLUGIN_OF = {"llvm": "cpu_llvm", "opencl": "opencl", "cuda": "cuda", "numpy": "numpy_ref"}
+REQUIRED = {n.strip() for n in os.environ.get("CORTEX_TEST_REQUIRE", "").split(",") if n.strip()}
+
+
+def expected_enabled(name: str) -> bool:
+    """Whether the target should be enabled, from the same facts a person would check."""
+    return {
+        "llvm": importlib.util.find_spec("llvmlite") is not None,
+        "opencl": importlib.util.find_spec("pyopencl") is not None,
+        "cuda": hostinfo.find_nvcc() is not None,
+        "numpy": True,
+    }[name]
+
+
+@pytest.mark.parametrize("name", sorted(PLUGIN_OF))
+def test_target_is_registered_by_its_plugin(clean_plugins, name):
+    target = clean_plugins.get_registry().get(name)
+    assert target.plugin == PLUGIN_OF[name]
+    assert target.description
+    assert target.resolve_options({}) == target.defaults()  # every default is itself valid
+
+
+@pytest.mark.parametrize("name", sorted(PLUGIN_OF))
+def test_enabled_state_matches_the_host_and_explains_itself(clean_plugins, name):
+    state = clean_plugins.get_registry().get(name).enabled()
+    assert state.ok == expected_enabled(name)
+    assert state.reason
+    if not state.ok:
+        assert state.fix
+
+
+@pytest.mark.parametrize("name", sorted(PLUGIN_OF))
+def test_runnable_implies_enabled_and_explains_itself(clean_plugins, name):
+    target = clean_plugins.get_registry().get(name)
+    runnable = target.runnable()
+    assert runnable.reason
+    if runnable.ok:
+        assert target.enabled().ok
+    else:
+        assert runnable.fix
+
+
+@pytest.mark.parametrize("name", sorted(PLUGIN_OF))
+def test_required_targets_are_enabled_and_runnable(clean_plugins, name):
+    if name not in REQUIRED:
+        pytest.skip(reason=f"CORTEX_TEST_REQUIRE does not name {name!r}")
+    target = clean_plugins.get_registry().get(name)
+    assert target.enabled().ok, target.enabled().describe()
+    assert target.runnable().ok, target.runnable().describe()
+
+
+def test_opencl_runnable_matches_the_devices_found(clean_plugins):
+    state = clean_plugins.get_registry().get("opencl").runnable()
+    if not expected_enabled("opencl"):
+        assert not state.ok and "pyopencl" in state.reason
+    else:
+        assert state.ok == bool(hostinfo.opencl_devices().devices)
+
+
+def test_cuda_runnable_needs_a_driver_and_pycuda(clean_plugins):
+    state = clean_plugins.get_registry().get("cuda").runnable()
+    driver = hostinfo.cuda_driver()
+    has_pycuda = importlib.util.find_spec("pycuda") is not None
+    assert state.ok == (expected_enabled("cuda") and not driver.error and has_pycuda)
+    if expected_enabled("cuda") and driver.error:
+        assert driver.error in state.reason
+    if expected_enabled("cuda") and not has_pycuda:
+        assert "pycuda is not installed" in state.reason and "cortex[cuda]" in state.fix
+
+
+@pytest.mark.parametrize("name, option, value", [
+    ("llvm", "threads", -1), ("llvm", "opt_level", 4), ("llvm", "cpu", "two words"),
+    ("opencl", "device", "gpu0"), ("opencl", "work_group_size", -2),
+    ("cuda", "arch", "90"), ("cuda", "threads_per_block", 100), ("cuda", "device", -1),
+    ("numpy", "dtype", "int8"),
+])
+def test_builtin_options_reject_bad_values(clean_plugins, name, option, value):
+    from cortex import InvalidOptionError
+
+    target = clean_plugins.get_registry().get(name)
+    with pytest.raises(InvalidOptionError, match=f"{option}={value!r}"):
+        target.resolve_options({option: value})
+
+
+@pytest.mark.parametrize("name, options", [
+    ("llvm", {"threads": 2, "opt_level": 0, "cpu": "skylake-avx512"}),
+    ("opencl", {"device": "0:1", "work_group_size": 64}),
+    ("opencl", {"device": "cpu"}),
+    ("cuda", {"arch": "sm_90a", "threads_per_block": 1024, "device": 1}),
+    ("numpy", {"dtype": "float64"}),
+])
+def test_builtin_options_accept_good_values(clean_plugins, name, options):
+    target = clean_plugins.get_registry().get(name)
+    assert target.resolve_options(options) == {**target.defaults(), **options}
