@@ -57,7 +57,7 @@ def _rewrite_loop(program: ir.Program, var: str, fn) -> ir.Program:
             return fn(n)
         return None
 
-    kernels = tuple(replace(k, body=ir.transform(k.body, f)) for k in program.kernels)
+    kernels = tuple(replace(k, body=ir.simplify(ir.transform(k.body, f))) for k in program.kernels)
     if not found:
         raise TransformError(f"program {program.name} has no loop over {var!r}; loops: {loop_vars(program)}")
     if len(found) > 1:
@@ -274,7 +274,7 @@ def unroll_reduce(program: ir.Program, var: str, factor: int) -> ir.Program:
             body = ir.BinOp("+", body, c) if n.op == "sum" else ir.BinOp("max", body, c)  # type: ignore[arg-type]
         return ir.Reduce(n.op, var, 0, trip // factor, body)  # type: ignore[arg-type]
 
-    kernels = tuple(replace(k, body=ir.transform(k.body, f)) for k in program.kernels)
+    kernels = tuple(replace(k, body=ir.simplify(ir.transform(k.body, f))) for k in program.kernels)
     if not found:
         raise TransformError(f"program {program.name} has no reduce over {var!r}")
     return replace(program, kernels=kernels)

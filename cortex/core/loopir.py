@@ -606,3 +606,26 @@ def const_int(e: Expr) -> int | None:
             return a // b if b != 0 else None
         return {"+": a + b, "-": a - b, "*": a * b, "min": min(a, b), "max": max(a, b)}[e.op]
     return None
+
+
+def simplify(node: Node) -> Node:
+    """Fold int constants and drop ``x + 0``, ``x * 1``, ``x * 0`` (keeps printed and rendered
+    index arithmetic readable after split/unroll)."""
+
+    def f(n: Node) -> Node | None:
+        if not (isinstance(n, BinOp) and n.op in ("+", "-", "*")):
+            return None
+        a, b = const_int(n.a), const_int(n.b)
+        if a is not None and b is not None and n.a.dtype == INT and n.b.dtype == INT:  # type: ignore[attr-defined]
+            return Const({"+": a + b, "-": a - b, "*": a * b}[n.op])
+        if n.op == "+" and a == 0:
+            return n.b
+        if n.op in ("+", "-") and b == 0:
+            return n.a
+        if n.op == "*" and (a == 1 or b == 1):
+            return n.b if a == 1 else n.a
+        if n.op == "*" and (a == 0 or b == 0):
+            return Const(0)
+        return None
+
+    return transform(node, f)
