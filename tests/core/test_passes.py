@@ -140,3 +140,26 @@ def test_derived_params_follow_loaded_weights():
     a = evaluate(g, other.params, batch)["h"]
     b = evaluate(other.trace(), other.params, batch)["h"]
     np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_folding_keeps_per_child_values_for_reductions():
+    class ZeroForget(Model):
+        def __init__(self):
+            super().__init__(arity=None, dtype="float64")
+            self.add_feature_input("x", 2)
+            self.add_state("h", (2,))
+
+        def leaf(self, g):
+            return {"h": g.input()}
+
+        def internal(self, g):
+            dead = g.child("h") * 0.0  # per child, constant zero
+            return {"h": g.reduce(dead, "sum") + g.reduce(g.child("h") + 0.0, "mean") + g.input()}
+
+    m = ZeroForget()
+    g = m.trace()
+    opt = run_passes(g)
+    assert all(opt.case("internal").value_map()[v.args[0]].domain == "child"
+               for v in opt.case("internal").values if v.op == "reduce_children")
+    batch, _ = make_batch([Structure([[], [], [0, 1]], features=np.arange(6.0).reshape(3, 2))])
+    np.testing.assert_array_equal(evaluate(opt, m.params, batch)["h"], evaluate(g, m.params, batch)["h"])

@@ -3,6 +3,7 @@ that name the model, the case and the offending op."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from cortex.core.model import Model
@@ -139,3 +140,18 @@ def test_values_cannot_cross_cases():
 
     e = trace_error(leaf=leaf, internal=lambda g: {"h": saved["x"] + g.child("h", 0)})
     assert "another case" in str(e)
+
+
+def test_missing_case_method_and_numpy_scalars():
+    class NoInternal(Model):
+        def __init__(self):
+            super().__init__(arity=1)
+            self.add_state("h", (2,))
+
+        def leaf(self, g):
+            return {"h": g.zeros((2,)) * np.float32(3)}
+
+    with pytest.raises(TraceError, match=r"case 'internal'.*defines no internal"):
+        NoInternal().trace()
+    g = Toy(ok_leaf, lambda g: {"h": g.child("h", 0) * np.float32(0.5) + g.child("h", 1)}).trace()
+    assert [v.attr("value") for v in g.case("internal").values if v.op == "const"] == [0.5]
