@@ -23,5 +23,6 @@ class ModelDefinitionError(ValueError):
     """A model declares something inconsistent (duplicate names, bad shapes or dtypes)."""
 
 
-class ParamFileError(ValueError):
-    """Parameters being loaded don't match the model (missing/extra names, shapes, dtypes)."""
+class ParamError(ValueError):
+    """Parameters given, loaded or imported don't match the model (missing/extra names,
+    shapes, dtypes, an unsupported PyTorch module layout)."""

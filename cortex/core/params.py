@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import numpy as np
 
 from cortex.core.graph import RecursiveGraph
-from cortex.core.model_errors import ParamFileError
+from cortex.core.model_errors import ParamError
 
 if TYPE_CHECKING:
     from cortex.core.model import Model
@@ -63,10 +63,10 @@ def bind_params(graph: RecursiveGraph, params: Mapping[str, Any], dtype: Any = N
     exact: dict[str, np.ndarray] = {}
     for spec in graph.params:
         if spec.name not in params:
-            raise ParamFileError(f"graph {graph.name!r} needs parameter {spec.name!r}; not given")
+            raise ParamError(f"graph {graph.name!r} needs parameter {spec.name!r}; not given")
         arr = np.asarray(params[spec.name])
         if arr.shape != spec.shape:
-            raise ParamFileError(
+            raise ParamError(
                 f"graph {graph.name!r}: parameter {spec.name!r} has shape {arr.shape}, expected {spec.shape}"
             )
         exact[spec.name] = arr.astype(np.float64)
@@ -74,7 +74,7 @@ def bind_params(graph: RecursiveGraph, params: Mapping[str, Any], dtype: Any = N
     for d in graph.derived:
         value = compute_derived(d.recipe, [exact[a] for a in d.args])
         if value.shape != d.shape:
-            raise ParamFileError(f"derived param {d.name!r}: recipe gave {value.shape}, expected {d.shape}")
+            raise ParamError(f"derived param {d.name!r}: recipe gave {value.shape}, expected {d.shape}")
         exact[d.name] = value
         out[d.name] = value.astype(dtype or d.dtype)
     return out
@@ -90,7 +90,7 @@ def _check_and_cast(model: "Model", values: Mapping[str, Any], *, source: str, s
     missing = sorted(set(specs) - set(values))
     extra = sorted(set(values) - set(specs))
     if missing or extra:
-        raise ParamFileError(
+        raise ParamError(
             f"{model.name}: {source} does not match the model's parameters "
             f"(missing {missing}, unexpected {extra})"
         )
@@ -98,13 +98,13 @@ def _check_and_cast(model: "Model", values: Mapping[str, Any], *, source: str, s
     for name, spec in specs.items():
         arr = np.asarray(values[name])
         if arr.shape != spec.shape:
-            raise ParamFileError(
+            raise ParamError(
                 f"{model.name}: {source}: parameter {name!r} has shape {arr.shape}, model expects {spec.shape}"
             )
         if arr.dtype.kind != "f":
-            raise ParamFileError(f"{model.name}: {source}: parameter {name!r} has non-float dtype {arr.dtype}")
+            raise ParamError(f"{model.name}: {source}: parameter {name!r} has non-float dtype {arr.dtype}")
         if strict_dtype and arr.dtype.name != spec.dtype:
-            raise ParamFileError(
+            raise ParamError(
                 f"{model.name}: {source}: parameter {name!r} is {arr.dtype.name}, the model is "
                 f"{spec.dtype}; build the model with dtype={arr.dtype.name!r} or convert the file"
             )
@@ -142,21 +142,21 @@ def _np(t: Any) -> np.ndarray:
 
 def _get(sd: Mapping[str, Any], key: str, what: str) -> np.ndarray:
     if key not in sd:
-        raise ParamFileError(f"{what}: state dict has no {key!r} (keys: {sorted(sd)})")
+        raise ParamError(f"{what}: state dict has no {key!r} (keys: {sorted(sd)})")
     return _np(sd[key])
 
 
 def _rnn_blocks(model: "Model", sd: Mapping[str, Any], gates: tuple[str, ...], what: str):
     extra = [k for k in sd if k.endswith("_reverse") or "_l1" in k or k.startswith("weight_hr")]
     if extra:
-        raise ParamFileError(f"{what}: only 1-layer, unidirectional, projection-free modules map; found {extra}")
+        raise ParamError(f"{what}: only 1-layer, unidirectional, projection-free modules map; found {extra}")
     n = len(gates)
     w_ih, w_hh = _get(sd, "weight_ih_l0", what), _get(sd, "weight_hh_l0", what)
     zeros = np.zeros(n * model.hidden)
     b_ih = _get(sd, "bias_ih_l0", what) if "bias_ih_l0" in sd else zeros
     b_hh = _get(sd, "bias_hh_l0", what) if "bias_hh_l0" in sd else zeros
     if w_ih.shape != (n * model.hidden, model.input_size) or w_hh.shape != (n * model.hidden, model.hidden):
-        raise ParamFileError(
+        raise ParamError(
             f"{what}: weight_ih_l0 {w_ih.shape} / weight_hh_l0 {w_hh.shape} don't fit "
             f"hidden={model.hidden}, input={model.input_size}"
         )
@@ -167,10 +167,10 @@ def _rnn_blocks(model: "Model", sd: Mapping[str, Any], gates: tuple[str, ...], w
 def _with_embedding(model: "Model", values: dict, embedding: Any, what: str) -> dict:
     if "E" in model.param_specs:
         if embedding is None:
-            raise ParamFileError(f"{what}: the model takes token ids; pass embedding= (e.g. nn.Embedding.weight)")
+            raise ParamError(f"{what}: the model takes token ids; pass embedding= (e.g. nn.Embedding.weight)")
         values["E"] = _np(embedding)
     elif embedding is not None:
-        raise ParamFileError(f"{what}: the model takes dense features; it has no embedding table")
+        raise ParamError(f"{what}: the model takes dense features; it has no embedding table")
     return values
 
 

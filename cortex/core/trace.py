@@ -12,6 +12,7 @@ Values are :class:`Sym` handles with Python operators (``+ - * @``, and scalars 
 
 from __future__ import annotations
 
+import numbers
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from cortex.core.graph import (
@@ -229,10 +230,10 @@ class CaseBuilder:
     reduce_children = reduce
 
     def _scalars(self, a: Any, b: Any, op: str) -> tuple[Sym, Sym]:
-        if isinstance(a, (int, float)) and not isinstance(b, (int, float)):
+        if isinstance(a, numbers.Real) and not isinstance(b, numbers.Real):
             b = self._sym(b, op)
             a = self.const(a, b.shape)
-        elif isinstance(b, (int, float)) and not isinstance(a, (int, float)):
+        elif isinstance(b, numbers.Real) and not isinstance(a, numbers.Real):
             a = self._sym(a, op)
             b = self.const(b, a.shape)
         return a, b
@@ -257,6 +258,10 @@ def _context(model: "Model", case: str):
 
 
 def _trace_case(model: "Model", name: str) -> Case:
+    from cortex.core.model import Model
+
+    if getattr(type(model), name) is getattr(Model, name):
+        raise TraceError(f"the model defines no {name}(self, g) method", model=model.name, case=name)
     g = CaseBuilder(model, name)
     result = getattr(model, name)(g)
     if not isinstance(result, Mapping):

@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="PyTorch not installed: pip install torch==2.13.0 (tox -e torch)")
 
-from cortex.core.model_errors import ParamFileError  # noqa: E402
+from cortex.core.model_errors import ParamError  # noqa: E402
 from cortex.core.params import load_torch_childsum, load_torch_gru, load_torch_lstm  # noqa: E402
 from cortex.core.passes import run_passes  # noqa: E402
 from cortex.core.reference import evaluate  # noqa: E402
@@ -68,11 +68,11 @@ def test_lstm_with_embedding_and_gate_order_matters():
 
 def test_unsupported_modules_are_rejected():
     model = SeqGRU(hidden=3, features=2)
-    with pytest.raises(ParamFileError, match="1-layer, unidirectional"):
+    with pytest.raises(ParamError, match="1-layer, unidirectional"):
         load_torch_gru(model, torch.nn.GRU(2, 3, num_layers=2).state_dict())
-    with pytest.raises(ParamFileError, match="don't fit"):
+    with pytest.raises(ParamError, match="don't fit"):
         load_torch_gru(model, torch.nn.GRU(4, 3).state_dict())
-    with pytest.raises(ParamFileError, match="embedding="):
+    with pytest.raises(ParamError, match="embedding="):
         load_torch_lstm(SeqLSTM(hidden=3, vocab=5, embed=2), torch.nn.LSTM(2, 3).state_dict())
 
 

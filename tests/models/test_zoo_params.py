@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cortex.core.model_errors import ModelDefinitionError, ParamFileError
+from cortex.core.model_errors import ModelDefinitionError, ParamError
 from cortex.core.reference import evaluate
 from cortex.models import (
     DAGRNN, MVRNN, ChildSumTreeLSTM, SeqGRU, SeqLSTM, TreeFC, TreeGRU, TreeLSTM, TreeRNN,
@@ -51,17 +51,17 @@ def test_load_npz_errors_name_the_problem(tmp_path):
     m = TreeLSTM(hidden=4, embed=3, vocab=7)
     p = tmp_path / "x.npz"
     np.savez(p, **{k: v for k, v in m.params.items() if k != "W_i"})
-    with pytest.raises(ParamFileError, match=r"missing \['W_i'\]"):
+    with pytest.raises(ParamError, match=r"missing \['W_i'\]"):
         m.load_npz(p)
     np.savez(p, **m.params, extra=np.zeros(3, np.float32))
-    with pytest.raises(ParamFileError, match=r"unexpected \['extra'\]"):
+    with pytest.raises(ParamError, match=r"unexpected \['extra'\]"):
         m.load_npz(p)
     bad = dict(m.params, W_i=np.zeros((5, 3), np.float32))
     np.savez(p, **bad)
-    with pytest.raises(ParamFileError, match=r"'W_i' has shape \(5, 3\), model expects \(4, 3\)"):
+    with pytest.raises(ParamError, match=r"'W_i' has shape \(5, 3\), model expects \(4, 3\)"):
         m.load_npz(p)
     np.savez(p, **{k: v.astype(np.float64) for k, v in m.params.items()})
-    with pytest.raises(ParamFileError, match="dtype='float64'"):
+    with pytest.raises(ParamError, match="dtype='float64'"):
         m.load_npz(p)
 
 

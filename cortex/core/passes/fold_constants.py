@@ -11,6 +11,9 @@ assumes ``x`` is finite, as every state of a well-posed model is):
 * ``x + 0``, ``0 + x``, ``x - 0``, ``x * 1``, ``1 * x`` -> ``x``; ``x * 0`` -> ``0``;
 * ``linear(W, 0) -> 0``, ``linear(W, 0, b) -> b``, ``linear(0, x[, b])`` likewise;
   ``matmul`` with a zero operand -> ``0``.
+
+A per-child value is never replaced by a (node-invariant) constant, so ``reduce_children``
+always keeps a per-child argument.
 """
 
 from __future__ import annotations
@@ -62,6 +65,8 @@ def _fold_case(graph: RecursiveGraph, case: Case) -> Case:
             new = const(0.0, v)
         elif v.op in ("linear", "matmul") and (cs[0] == 0.0 or cs[1] == 0.0):
             new = args[2].id if len(args) == 3 else const(0.0, v)
+        if new is not None and v.domain == "child" and rw.get(new).op == "const":
+            new = None  # keep per-child values per-child: reduce_children needs its edges
         if new is None:
             rw.copy(v)
         else:
