@@ -89,3 +89,18 @@ def test_output_selection_root_or_every_node():
     assert g_all.outputs.states == ("h",) and g_all.outputs.every_node
     r = roots(g_all, evaluate(g_all, m_all.params, batch), batch)
     assert set(r) == {"h"} and r["h"].shape == (batch.num_nodes, 3)
+
+
+@pytest.mark.parametrize("name", ["TreeLSTM", "MVRNN", "TreeGRU"])
+def test_fixed_arity_dag_with_shared_children(name):
+    from cortex import models
+    from zoo_structures import Structure
+
+    kw = dict(hidden=4, vocab=6, dtype="float64") | ({} if name == "MVRNN" else {"embed": 3})
+    model = getattr(models, name)(**kw)
+    # node 1 is the right child of node 2 and the left child of node 3; node 4 joins them
+    s = Structure([[], [], [0, 1], [1, 0], [2, 3]], words=[1, 2, 3, 4, 5])
+    batch, ids = make_batch([s])
+    assert sorted(batch.child_ids.tolist()).count(ids[0][1]) == 2
+    out = evaluate(model.trace(), model.params, batch)
+    compare(out, run_by_hand(hand_model(name, model.params, model), [s]), ids)
