@@ -66,7 +66,11 @@ def _labels(labels: Any, n: int, index: int) -> np.ndarray | None:
 
 
 def _parent_array(x: forms.ParentArray, vocab: Any, index: int) -> Part:
-    par = int_array(x.parents, "parents", index, 1)
+    par = x.parents
+    if type(par) is np.ndarray and par.ndim == 1 and par.dtype.kind == "i" \
+            and x.words is None and x.features is None and x.labels is None and len(par):
+        return Part(len(par), par, None, None, None, None, id_key)  # the common, fast case
+    par = int_array(par, "parents", index, 1)
     n = len(par)
     if n == 0:
         raise EmptyBatchError("parent array has no node", input_index=index)
@@ -134,7 +138,7 @@ def _sequence(x: forms.Sequence, vocab: Any, index: int) -> Part:
     n = len(arr)
     if arr.ndim == 2 and arr.dtype.kind in "fiu":  # feature vectors [T, F]
         return Part(n, _chain(n), None, None, _features(arr, n, index), None, id_key,
-                    trusted=True)
+                    trusted=True, height=np.arange(n, dtype=np.int64))
     if arr.ndim != 1:
         raise FeatureError(f"a sequence is 1-D tokens or 2-D float features [T, F]; got shape "
                            f"{arr.shape} dtype {arr.dtype}", input_index=index)
@@ -145,7 +149,8 @@ def _sequence(x: forms.Sequence, vocab: Any, index: int) -> Part:
     if words is None or bool(np.any(words < 0)):
         bad = 0 if words is None else int(np.flatnonzero(words < 0)[0])
         raise TokenError("sequence tokens must be >= 0", input_index=index, path=bad)
-    return Part(n, _chain(n), None, words, None, None, id_key, trusted=True)
+    return Part(n, _chain(n), None, words, None, None, id_key, trusted=True,
+                height=np.arange(n, dtype=np.int64))
 
 
 def _grid(x: forms.Grid, vocab: Any, index: int) -> Part:
@@ -164,7 +169,8 @@ def _grid(x: forms.Grid, vocab: Any, index: int) -> Part:
     which = np.concatenate([np.zeros(len(up), np.int8), np.ones(len(left), np.int8)])
     order = np.lexsort((which, ep))
     return Part(n, None, (ep[order], ec[order]), _words(x.words, n, vocab, index),
-                _features(x.features, n, index), None, GridKeys(cols), trusted=True)
+                _features(x.features, n, index), None, GridKeys(cols), trusted=True,
+                height=ids // cols + ids % cols)
 
 
 _READERS = {

@@ -29,24 +29,28 @@ MAX_TABLE_ENTRIES = 1 << 28
 
 
 class Origin(Sequence):
-    """``origin[v] = (batch index, key)`` for output row ``v``; ``row(b, key)`` inverts it."""
+    """``origin[v] = (batch index, key)`` for output row ``v``; ``row(b, key)`` inverts it.
 
-    def __init__(self, node_input: np.ndarray, local: np.ndarray, keys: list, starts: np.ndarray,
-                 new_id: np.ndarray):
-        self._input = node_input
-        self._local = local
+    Computed lazily from the renumbering (building N keys eagerly would cost per-node Python
+    on every call).
+    """
+
+    def __init__(self, order: np.ndarray, node_input: np.ndarray, keys: list,
+                 starts: np.ndarray):
+        self._order = order  # output row -> global pre-order id
+        self._input = node_input  # output row -> batch index
         self._keys = keys
         self._starts = starts
-        self._new_id = new_id
+        self._new_id: np.ndarray | None = None
 
     def __len__(self) -> int:
-        return len(self._input)
+        return len(self._order)
 
     def __getitem__(self, v: Any) -> Any:
         if isinstance(v, slice):
             return [self[i] for i in range(*v.indices(len(self)))]
         b = int(self._input[v])
-        return (b, self._keys[b](int(self._local[v])))
+        return (b, self._keys[b](int(self._order[v] - self._starts[b])))
 
     def __iter__(self) -> Iterator[tuple[int, Any]]:
         return (self[v] for v in range(len(self)))
@@ -60,9 +64,12 @@ class Origin(Sequence):
             local = key[0] * keys.cols + key[1]
         else:
             local = int(key)
-        size = self._starts[b + 1] - self._starts[b]
-        if not 0 <= local < size:
+        if not 0 <= local < self._starts[b + 1] - self._starts[b]:
             raise KeyError(key)
+        if self._new_id is None:
+            new_id = np.empty(len(self._order), np.int64)
+            new_id[self._order] = np.arange(len(self._order))
+            self._new_id = new_id
         return int(self._new_id[self._starts[b] + local])
 
 
@@ -78,37 +85,39 @@ class _Batch:
         return cls(msg, input_index=b, path=self.parts[b].keys(int(g - self.starts[b])))
 
 
-def _tree_heights(gpar: np.ndarray) -> tuple[np.ndarray | None, int]:
-    """Heights of a forest given parent pointers; (None, node) if some node is on a cycle."""
+def _tree_heights(gpar: np.ndarray, max_size: int) -> tuple[np.ndarray | None, int]:
+    """Heights of a forest whose roots point at the sentinel ``n = len(gpar)``.
+
+    ``jump`` holds each node's 2^k-th ancestor (the sentinel when there is none); at step k
+    every node pushes (its height so far + 2^k) to that ancestor, which extends every node's
+    known height from distances < 2^k to < 2^(k+1). ``max_size`` bounds every depth, so
+    bit_length(max_size - 1) steps suffice; a node that still has an ancestor after them lies
+    on or under a cycle. Returns (None, a node on the cycle) then. The loop stops early once
+    no node has a 2^(k+1)-th ancestor.
+    """
     n = len(gpar)
-    has_p = gpar >= 0
-    jump = np.where(has_p, gpar, np.arange(n))
-    depth = has_p.astype(np.int64)
-    jumps = [jump]
-    for _ in range(n.bit_length() + 1):
-        nxt = jump[jump]
-        if np.array_equal(nxt, jump):
+    jump = np.append(gpar, n)
+    h = np.zeros(n + 1, np.int64)
+    for k in range((max_size - 1).bit_length()):
+        np.maximum.at(h, jump, h + (1 << k))
+        jump = jump[jump]
+        if k >= 2 and jump.min() == n:  # every depth < 2^(k+1): all heights are known
             break
-        depth += depth[jump]
-        jump = nxt
-        jumps.append(jump)
-    stuck = has_p[jump]
-    if stuck.any():
-        v = int(np.argmax(stuck))
+    if (jump[:n] != n).any():
+        v = int(np.argmax(jump[:n] != n))
         seen = set()
         while v not in seen:  # walk up to a node on the cycle (error path only)
             seen.add(v)
             v = int(gpar[v])
         return None, v
-    deepest = depth.copy()
-    for j in jumps:
-        np.maximum.at(deepest, j, deepest.copy())
-    return deepest - depth, -1
+    return h[:n], -1
 
 
-def _dag_heights(n: int, ep: np.ndarray, ec: np.ndarray, arity: np.ndarray,
-                 indeg: np.ndarray) -> tuple[np.ndarray | None, int]:
-    """Heights by Kahn's algorithm, one frontier per level; (None, node) on a cycle."""
+def _dag_heights(n: int, ep: np.ndarray, ec: np.ndarray) -> tuple[np.ndarray | None, int]:
+    """Heights by Kahn's algorithm, one frontier (= one level) per step; (None, node) on a
+    cycle."""
+    arity = np.bincount(ep, minlength=n)
+    indeg = np.bincount(ec, minlength=n)
     parents_by_child = ep[np.argsort(ec, kind="stable")]
     poff = np.zeros(n + 1, np.int64)
     np.cumsum(indeg, out=poff[1:])
@@ -139,10 +148,10 @@ def _dag_heights(n: int, ep: np.ndarray, ec: np.ndarray, arity: np.ndarray,
 
 
 def _edges(parts: list[Part], starts: np.ndarray, sizes: np.ndarray,
-           batch: _Batch) -> tuple[np.ndarray, np.ndarray]:
+           trusted: bool) -> tuple[np.ndarray, np.ndarray]:
     """Global (parent, child) edge arrays, each parent's edges in child order."""
-    eps, ecs, owner = [], [], []
-    for b, p in enumerate(parts):
+    eps, ecs, counts = [], [], []
+    for p in parts:
         if p.parent is not None:
             c = np.flatnonzero(p.parent >= 0)
             eps.append(p.parent[c])
@@ -150,22 +159,26 @@ def _edges(parts: list[Part], starts: np.ndarray, sizes: np.ndarray,
         else:
             eps.append(p.edges[0])
             ecs.append(p.edges[1])
-        owner.append(len(eps[-1]))
-    eb = np.repeat(np.arange(len(parts)), owner)
-    ep, ec = np.concatenate(eps), np.concatenate(ecs)
+        counts.append(len(eps[-1]))
+    eb = np.repeat(np.arange(len(parts)), counts)
+    ep, ec = np.concatenate(eps).astype(np.int64), np.concatenate(ecs).astype(np.int64)
     if len(ep) > MAX_INDEX:
         raise IndexOverflowError(f"{len(ep)} edges do not fit int32 indices")
-    if not all(p.trusted for p in parts):
+    if not trusted:
         size = sizes[eb]
         bad = (ep < 0) | (ep >= size) | (ec < 0) | (ec >= size)
         if bad.any():
             i = int(np.argmax(bad))
-            b = int(eb[i])
             raise NodeIndexError(
-                f"edge ({ep[i]}, {ec[i]}) names a node outside [0, {size[i]})", input_index=b,
-                path=int(ep[i]) if 0 <= ep[i] < size[i] else None)
+                f"edge ({ep[i]}, {ec[i]}) names a node outside [0, {size[i]})",
+                input_index=int(eb[i]), path=int(ep[i]) if 0 <= ep[i] < size[i] else None)
     off = starts[eb]
     return ep + off, ec + off
+
+
+def _first(order: np.ndarray, bad_new: np.ndarray) -> int:
+    """The smallest pre-order id among the flagged output rows (errors name the first node)."""
+    return int(order[bad_new].min())
 
 
 def assemble(parts: list[Part], *, arity: int | None, vocab_size: int | None,
@@ -173,115 +186,123 @@ def assemble(parts: list[Part], *, arity: int | None, vocab_size: int | None,
     nb = len(parts)
     if nb == 0:
         raise EmptyBatchError("empty batch: give at least one structure")
-    sizes = np.fromiter((p.n for p in parts), np.int64, nb)
-    n = int(sizes.sum())
+    if arity is not None and (not isinstance(arity, (int, np.integer)) or arity < 1):
+        raise ValueError(f"arity must be a positive int, got {arity!r}")
+    size_list = [p.n for p in parts]
+    start_list = [0]
+    for size in size_list:
+        start_list.append(start_list[-1] + size)
+    n = start_list[-1]
     if n > MAX_INDEX:
         raise IndexOverflowError(f"{n} nodes do not fit int32 indices; split the batch")
-    starts = np.zeros(nb + 1, np.int64)
-    np.cumsum(sizes, out=starts[1:])
-    node_input = np.repeat(np.arange(nb, dtype=np.int64), sizes)
+    starts = np.array(start_list)
+    sizes = np.array(size_list)
+    node_input = np.repeat(np.arange(nb), size_list)
     batch = _Batch(parts, starts)
+    trusted = all(p.trusted for p in parts)
 
-    # --- structure: parents/edges, roots, cycles, heights
-    gpar = None
+    # --- structure: edges, roots, cycles, heights (in global pre-order ids)
     if all(p.parent is not None for p in parts):
         par = parts[0].parent if nb == 1 else np.concatenate([p.parent for p in parts])
-        if not all(p.trusted for p in parts):
-            bad = (par < -1) | (par >= sizes[node_input])
-            if bad.any():
+        if not trusted:
+            par = par.astype(np.int64, copy=False)
+            bad = (np.maximum.reduceat(par, starts[:-1]) >= sizes)
+            if bad.any() or par.min() < -1:
+                bad = (par < -1) | (par >= sizes[node_input])
                 g = int(np.argmax(bad))
                 raise batch.error(NodeIndexError, f"parent {par[g]} is outside [-1, "
                                   f"{sizes[node_input[g]]})", g)
-        gpar = np.where(par >= 0, par + starts[node_input], -1)
-        ec = np.flatnonzero(gpar >= 0)
+        has_p = par >= 0
+        gpar = np.where(has_p, par + starts[node_input], n)
+        ec = has_p.nonzero()[0]
         ep = gpar[ec]
-        is_root = par < 0
+        root_pre = (~has_p).nonzero()[0]
     else:
-        ep, ec = _edges(parts, starts, sizes, batch)
+        ep, ec = _edges(parts, starts, sizes, trusted)
         is_root = np.ones(n, bool)
         is_root[ec] = False
-    indeg = np.bincount(ec, minlength=n)
-    nroots = np.bincount(node_input[is_root], minlength=nb)
-    if (nroots != 1).any():
-        b = int(np.argmax(nroots != 1))
-        if nroots[b] > 1:
-            second = np.flatnonzero(is_root & (node_input == b))[1]
-            raise batch.error(RootError, f"input has {nroots[b]} roots (nodes without parent);"
-                              " a structure needs exactly one", int(second))
-    arity_pre = np.bincount(ep, minlength=n)
-    if gpar is None and (indeg.size == 0 or indeg.max() <= 1) and (nroots == 1).all():
-        gpar = np.full(n, -1, np.int64)
-        gpar[ec] = ep
-    if gpar is not None:
-        height, cyc = _tree_heights(gpar)
+        root_pre = np.flatnonzero(is_root)
+        gpar = None
+        if not trusted and len(ec) == len(np.unique(ec)):  # every node has <= 1 parent
+            gpar = np.full(n, n, np.int64)
+            gpar[ec] = ep
+    if len(root_pre) > nb:  # acyclic inputs each have >= 1 root: someone has too many
+        counts = np.bincount(node_input[root_pre], minlength=nb)
+        b = int(np.argmax(counts > 1))
+        second = int(root_pre[node_input[root_pre] == b][1])
+        raise batch.error(RootError, f"input has {counts[b]} roots (nodes without parent); a "
+                          "structure needs exactly one", second)
+    if all(p.height is not None for p in parts):
+        height = parts[0].height if nb == 1 else np.concatenate([p.height for p in parts])
     else:
-        height, cyc = _dag_heights(n, ep, ec, arity_pre, indeg)
-    if height is None:
-        raise batch.error(CycleError, "the structure has a cycle through this node", cyc)
-    if (nroots != 1).any():  # no root at all but no cycle found cannot happen; be explicit
-        b = int(np.argmax(nroots != 1))
-        raise RootError("input has no root", input_index=b)
-
-    # --- per-node checks, in input order so the first bad node is reported
-    if arity is not None:
-        if not isinstance(arity, (int, np.integer)) or arity < 1:
-            raise ValueError(f"arity must be a positive int, got {arity!r}")
-        bad = (arity_pre > 0) & (arity_pre != arity)
-        if bad.any():
-            g = int(np.argmax(bad))
-            raise batch.error(ArityError, f"has {arity_pre[g]} children; the model needs "
-                              f"exactly {arity} (or 0 for a leaf)", g)
-    words = _words(parts, batch, arity_pre, vocab_size)
-    features = _features(parts, feature_dim)
-    labels = _labels(parts, batch)
-    max_arity = int(arity_pre.max()) if len(ep) else 0
-    if n * max_arity > MAX_TABLE_ENTRIES:
-        raise IndexOverflowError(f"child table [{n}, {max_arity}] exceeds {MAX_TABLE_ENTRIES} "
-                                 "entries; use fewer or narrower structures per batch")
+        if gpar is not None:
+            height, cyc = _tree_heights(gpar, max(size_list))
+        else:
+            height, cyc = _dag_heights(n, ep, ec)
+        if height is None:
+            raise batch.error(CycleError, "the structure has a cycle through this node", cyc)
+    if len(root_pre) < nb:  # cannot happen once cycles are excluded; kept as a guard
+        raise RootError("an input has no root")
 
     # --- renumber: stable sort by (height, input, original order)
     hmax = int(height.max())
-    key = height.astype(np.int16) if hmax < (1 << 15) else height
+    # radix sort on a narrow copy of the key is several times faster than a merge sort
+    key = height.astype(np.uint8 if hmax < 256 else np.uint16 if hmax < 65536 else np.int64)
     order = np.argsort(key, kind="stable")
     new_id = np.empty(n, np.int64)
     new_id[order] = np.arange(n)
-    level_offsets = np.zeros(hmax + 2, np.int64)
-    np.cumsum(np.bincount(height, minlength=hmax + 1), out=level_offsets[1:])
+    level_offsets = np.zeros(hmax + 2, INDEX_DTYPE)
+    level_offsets[1:] = np.bincount(key, minlength=hmax + 1).cumsum()
+    num_leaves = int(level_offsets[1])
     new_parent = new_id[ep]
-    eorder = np.argsort(new_parent, kind="stable")
+    eorder = np.argsort(new_parent.astype(np.uint16) if n < 65536 else new_parent,
+                        kind="stable")
     rows = new_parent[eorder]
     child_ids = new_id[ec[eorder]]
-    arity_new = arity_pre[order]
-    child_offsets = np.zeros(n + 1, np.int64)
-    np.cumsum(arity_new, out=child_offsets[1:])
+    arity_new = np.bincount(rows, minlength=n)
+    child_offsets = np.zeros(n + 1, INDEX_DTYPE)
+    child_offsets[1:] = arity_new.cumsum()
+    max_arity = int(arity_new.max()) if len(rows) else 0
+    if n * max_arity > MAX_TABLE_ENTRIES:
+        raise IndexOverflowError(f"child table [{n}, {max_arity}] exceeds {MAX_TABLE_ENTRIES} "
+                                 "entries; use fewer or narrower structures per batch")
+    if len(ep) > MAX_INDEX:
+        raise IndexOverflowError(f"{len(ep)} edges do not fit int32 indices")
+
+    # --- per-node checks (in output order; errors name the first bad node in input order)
+    if arity is not None:
+        bad = arity_new[num_leaves:] != arity
+        if bad.any():
+            g = _first(order[num_leaves:], bad)
+            raise batch.error(ArityError, f"has {arity_new[new_id[g]]} children; the model "
+                              f"needs exactly {arity} (or 0 for a leaf)", g)
+    words = _words(parts, batch, order, num_leaves, vocab_size)
+    features = _features(parts, feature_dim)
+    labels = _labels(parts, batch)
+
     table = np.full((n, max_arity), -1, INDEX_DTYPE)
     if len(rows):
         table[rows, np.arange(len(rows)) - child_offsets[rows]] = child_ids
-    roots = new_id[np.flatnonzero(is_root)]
     node_input_new = node_input[order]
-    origin = Origin(node_input_new, order - starts[node_input_new], [p.keys for p in parts],
-                    starts, new_id)
     return LinearizedBatch(
         num_nodes=n,
         level_offsets=_frozen(level_offsets),
         child_offsets=_frozen(child_offsets),
-        child_ids=_frozen(child_ids),
+        child_ids=_frozen(child_ids.astype(INDEX_DTYPE)),
         child_table=_frozen(table),
-        roots=_frozen(roots),
-        node_input=_frozen(node_input_new),
-        word_ids=None if words is None else _frozen(words[order]),
-        features=None if features is None else _frozen(features[order], np.float64),
-        origin=origin,
-        labels=None if labels is None else _frozen(labels[order]),
+        roots=_frozen(new_id[root_pre].astype(INDEX_DTYPE)),
+        node_input=_frozen(node_input_new.astype(INDEX_DTYPE)),
+        word_ids=words,
+        features=None if features is None else _frozen(features[order]),
+        origin=Origin(order, node_input_new, [p.keys for p in parts], starts),
+        labels=None if labels is None else _frozen(labels[order].astype(INDEX_DTYPE)),
     )
 
 
-def _frozen(a: np.ndarray, dtype: Any = INDEX_DTYPE) -> np.ndarray:
-    out = np.ascontiguousarray(a, dtype=dtype)
-    if out is a:
-        out = out.copy()
-    out.setflags(write=False)
-    return out
+def _frozen(a: np.ndarray) -> np.ndarray:
+    """Read-only, so a cached batch cannot be corrupted by a caller (``a`` is always fresh)."""
+    a.setflags(write=False)
+    return a
 
 
 def _uniform(parts: list[Part], attr: str, what: str) -> bool:
@@ -295,31 +316,29 @@ def _uniform(parts: list[Part], attr: str, what: str) -> bool:
     return have[0]
 
 
-def _words(parts: list[Part], batch: _Batch, arity: np.ndarray,
+def _words(parts: list[Part], batch: _Batch, order: np.ndarray, num_leaves: int,
            vocab_size: int | None) -> np.ndarray | None:
     if not _uniform(parts, "words", "tokens"):
         return None
-    w = parts[0].words if len(parts) == 1 else np.concatenate([p.words for p in parts])
-    bad = w < -1
-    if bad.any():
-        g = int(np.argmax(bad))
-        raise batch.error(TokenError, f"token id {w[g]} is negative", g)
-    if vocab_size is not None:
-        bad = w >= vocab_size
-        if bad.any():
-            g = int(np.argmax(bad))
-            raise batch.error(TokenError, f"token id {w[g]} is outside the vocabulary "
-                              f"[0, {vocab_size})", g)
-    bad = w > MAX_INDEX
-    if bad.any():
-        g = int(np.argmax(bad))
-        raise batch.error(IndexOverflowError, f"token id {w[g]} does not fit int32", g)
-    bad = (w < 0) & (arity == 0)
-    if bad.any():
-        g = int(np.argmax(bad))
+    w = (parts[0].words if len(parts) == 1 else np.concatenate([p.words for p in parts]))[order]
+    for bad, cls, msg in (
+        (lambda: w < -1, TokenError, "token id {} is negative"),
+        (lambda: w >= vocab_size, TokenError, f"token id {{}} is outside the vocabulary "
+                                              f"[0, {vocab_size})"),
+        (lambda: w > MAX_INDEX, IndexOverflowError, "token id {} does not fit int32"),
+    ):
+        if cls is TokenError and "vocabulary" in msg and vocab_size is None:
+            continue
+        mask = bad()
+        if mask.any():
+            g = _first(order, mask)
+            raise batch.error(cls, msg.format(w[np.flatnonzero(order == g)[0]]), g)
+    missing = w[:num_leaves] < 0
+    if missing.any():
+        g = _first(order[:num_leaves], missing)
         raise batch.error(TokenError, "this leaf carries no token while the batch has tokens "
                           "(every leaf needs one for the embedding lookup)", g)
-    return w
+    return _frozen(w.astype(INDEX_DTYPE))
 
 
 def _features(parts: list[Part], feature_dim: int | None) -> np.ndarray | None:

@@ -18,7 +18,7 @@ import numpy as np
 
 from .ast_types import AST_TYPE_IDS, AST_UNKNOWN
 from .errors import CycleError, EmptyBatchError, TokenError, UnsupportedInputError
-from .parts import Part, PathKeys, path_of
+from .parts import Part, PathKeys, path_of, tree_heights
 from .tokens import resolve_words
 
 _EXIT = object()  # stack marker: the container whose id follows is fully expanded
@@ -138,7 +138,8 @@ def flatten_nested(root: Any, vocab: Any, index: int) -> Part:
     keys = PathKeys(parent, pos)
     par_arr = np.array(parent, dtype=np.int64)
     if not extra:
-        return Part(n, par_arr, None, word_arr, None, label_arr, keys, trusted=True)
+        return Part(n, par_arr, None, word_arr, None, label_arr, keys, trusted=True,
+                    height=tree_heights(parent))
     # A DAG: the tree edges plus the extra ones, each parent's edges in child-position order.
     child = np.flatnonzero(par_arr >= 0)
     ep = np.concatenate([par_arr[child], np.array([e[0] for e in extra], dtype=np.int64)])

@@ -7,7 +7,6 @@ Parts may be cached and shared between calls, so nothing downstream mutates them
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -18,15 +17,16 @@ class PathKeys:
 
     __slots__ = ("parent", "pos", "_paths")
 
-    def __init__(self, parent: list[int] | np.ndarray, pos: list[int] | np.ndarray):
+    def __init__(self, parent: list[int] | np.ndarray, pos: list[int] | np.ndarray | None = None):
         self.parent = parent
-        self.pos = pos
+        self.pos = pos  # None: a pre-order tree, positions are sibling counts
         self._paths: list[str] | None = None
 
     def __call__(self, v: int) -> str:
         if self._paths is None:
             # Pre-order numbering: a parent always precedes its child, so one forward pass works.
-            parent, pos = list(self.parent), list(self.pos)
+            parent = list(self.parent)
+            pos = sibling_positions(parent) if self.pos is None else list(self.pos)
             paths = [""] * len(parent)
             for u in range(len(parent)):
                 p = parent[u]
@@ -40,8 +40,20 @@ class PathKeys:
         return self._paths.index(key)
 
 
-def path_of(parent: list[int], pos: list[int], v: int) -> str:
+def sibling_positions(parent: list[int]) -> list[int]:
+    """Child positions of a pre-order numbered tree (siblings appear in order)."""
+    count = [0] * (len(parent) + 1)
+    pos = []
+    for p in parent:
+        pos.append(count[p])
+        count[p] += 1
+    return pos
+
+
+def path_of(parent: list[int], pos: list[int] | None, v: int) -> str:
     """The path of node ``v`` while a pre-order flatten is still running (error reporting)."""
+    if pos is None:
+        pos = sibling_positions(parent)
     steps = []
     while parent[v] >= 0:
         steps.append(str(pos[v]))
@@ -64,24 +76,46 @@ class GridKeys:
         return divmod(int(v), self.cols)
 
 
-@dataclass(frozen=True, eq=False)
 class Part:
     """One input as local arrays. Exactly one of ``parent`` / ``edges`` is set.
 
-    * ``parent``: int64 [n], parent of each node (-1 = root); children ordered by node id.
+    * ``parent``: integer [n], parent of each node (-1 = root); children ordered by node id.
     * ``edges``: (parent int64 [E], child int64 [E]); each parent's edges in child order.
     * ``words``: int64 [n] (-1 = no token) or None; ``features``: float64 [n, F] or None;
       ``labels``: int64 [n] (-1 = none) or None.
     * ``keys``: local node id -> the user's key for that node.
-    * ``trusted``: indices were produced by our own flatten (in range; parents precede
-      children), so range checks may be skipped.
+    * ``trusted``: produced by our own readers: indices in range, exactly one root, acyclic.
+    * ``height``: int64 [n] per-node height when the reader computed it (trusted parts only).
+
+    A plain slotted class rather than a dataclass: one is built per input per call.
     """
 
-    n: int
-    parent: np.ndarray | None
-    edges: tuple[np.ndarray, np.ndarray] | None
-    words: np.ndarray | None
-    features: np.ndarray | None
-    labels: np.ndarray | None
-    keys: Callable[[int], Any]
-    trusted: bool = False
+    __slots__ = ("n", "parent", "edges", "words", "features", "labels", "keys", "trusted",
+                 "height")
+
+    def __init__(self, n: int, parent: np.ndarray | None,
+                 edges: tuple[np.ndarray, np.ndarray] | None, words: np.ndarray | None,
+                 features: np.ndarray | None, labels: np.ndarray | None,
+                 keys: Callable[[int], Any], trusted: bool = False,
+                 height: np.ndarray | None = None):
+        self.n = n
+        self.parent = parent
+        self.edges = edges
+        self.words = words
+        self.features = features
+        self.labels = labels
+        self.keys = keys
+        self.trusted = trusted
+        self.height = height
+
+
+def tree_heights(parent: list[int]) -> np.ndarray:
+    """Heights of a pre-order numbered tree (every parent precedes its children)."""
+    n = len(parent)
+    h = [0] * n
+    for v in range(n - 1, 0, -1):
+        p = parent[v]
+        hv = h[v] + 1
+        if hv > h[p]:
+            h[p] = hv
+    return np.array(h, dtype=np.int64)

@@ -29,10 +29,12 @@ from typing import Any
 import numpy as np
 
 from .errors import ParseError
-from .parts import Part, PathKeys, path_of
+from .parts import Part, PathKeys, path_of, tree_heights
 from .tokens import resolve_words
 
 _TOKEN = re.compile(r"[()]|[^\s()]+")
+# Fast path: whole SST leaves "(2 It)" and labelled openings "(3 (" as single matches.
+_FAST = re.compile(r"\(\s*([^\s()]+)\s+([^\s()]+)\s*\)|\(\s*([^\s()]+)(?=\s*\()|(\))|([()]|[^\s()]+)")
 
 
 def _offset(text: str, k: int) -> int:
@@ -52,7 +54,65 @@ def _label_id(tok: str, label_vocab: Any) -> int:
         return int(label_vocab[tok])
 
 
+def _fast(text: str) -> tuple[list[int], list[Any], list[Any]] | None:
+    """Parse the common SST shape (every bracket labelled; leaves ``(label word)``) in one
+    regex pass with few Python steps per node. Returns None for anything else (the general
+    parser below then handles it, including every error message)."""
+    parent: list[int] = []
+    words: list[Any] = []
+    labels: list[Any] = []
+    stack: list[int] = []
+    top = -1
+    for lab, word, lab2, close, other in _FAST.findall(text):
+        if word:
+            if top < 0 and parent:
+                return None
+            parent.append(top)
+            words.append(word)
+            labels.append(lab)
+        elif lab2:  # "(label (": never empty, the lookahead saw a child
+            if top < 0 and parent:
+                return None
+            parent.append(top)
+            top = len(words)
+            words.append(-1)
+            labels.append(lab2)
+            stack.append(top)
+        elif close and stack:
+            stack.pop()
+            top = stack[-1] if stack else -1
+        else:
+            return None
+    if stack or not parent:
+        return None
+    return parent, words, labels
+
+
 def parse_sexpr(text: str, vocab: Any, label_vocab: Any, index: int) -> Part:
+    if not isinstance(text, str):
+        raise ParseError(f"expected s-expression text, got {type(text).__name__}",
+                         input_index=index)
+    fast = _fast(text)
+    if fast is not None:
+        parent, words, raw = fast
+        try:
+            labels = [int(x) for x in raw]
+        except ValueError:
+            labels = None
+        except OverflowError:  # pragma: no cover - int() of a str never overflows
+            labels = None
+        if labels is not None:
+            def where(v: int) -> str:
+                return path_of(parent, None, v)
+
+            return Part(len(parent), np.array(parent, dtype=np.int64), None,
+                        resolve_words(words, vocab, where, index), None,
+                        np.array(labels, dtype=np.int64), PathKeys(parent), trusted=True,
+                        height=tree_heights(parent))
+    return _parse_general(text, vocab, label_vocab, index)
+
+
+def _parse_general(text: str, vocab: Any, label_vocab: Any, index: int) -> Part:
     if not isinstance(text, str):
         raise ParseError(f"expected s-expression text, got {type(text).__name__}",
                          input_index=index)
@@ -146,5 +206,5 @@ def parse_sexpr(text: str, vocab: Any, label_vocab: Any, index: int) -> Part:
     word_arr = resolve_words(words, vocab, where, index)
     label_arr = np.array(labels, dtype=np.int64) if has_label else None
     return Part(len(parent), np.array(parent, dtype=np.int64), None, word_arr, None, label_arr,
-                PathKeys(parent, pos), trusted=True)
+                PathKeys(parent, pos), trusted=True, height=tree_heights(parent))
 
