@@ -1,0 +1,201 @@
+"""The C-family renderer: plain C compiles with -Wall -Werror and RUNS (ctypes) with the
+interpreter's results; CUDA compiles with nvcc for sm_90; OpenCL renders."""
+
+from __future__ import annotations
+
+import ctypes
+import pathlib
+import shutil
+import subprocess
+import sys
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from test_loopir_examples import child_sum, inputs, random_batch, tree_rnn  # noqa: E402
+
+from cortex.core import loop_transforms as T  # noqa: E402
+from cortex.core import loopir as ir  # noqa: E402
+from cortex.core.interpret import np_dtype, run  # noqa: E402
+from cortex.core.loopir_verify import verify  # noqa: E402
+from cortex.core.render_c import RenderError, entry_symbol, kernel_symbol, render  # noqa: E402
+
+CC = shutil.which("cc")
+NVCC = shutil.which("nvcc")
+needs_cc = pytest.mark.skipif(CC is None, reason="no C compiler (cc) on PATH")
+needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
+C_FLAGS = ["-Wall", "-Werror", "-O2", "-std=c11"]
+
+
+def _compile_c(src: str, tmp: pathlib.Path, name: str, extra: tuple[str, ...] = ()) -> pathlib.Path:
+    c = tmp / f"{name}.c"
+    c.write_text(src)
+    so = tmp / f"{name}.so"
+    r = subprocess.run([CC, *C_FLAGS, *extra, "-shared", "-fPIC", str(c), "-o", str(so), "-lm"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, f"cc failed:\n{r.stderr}\n--- source ---\n{src}"
+    return so
+
+
+def _run_c(program: ir.Program, so: pathlib.Path, bufs: dict, sizes: dict) -> dict:
+    lib = ctypes.CDLL(str(so))
+    fn = getattr(lib, entry_symbol(program))
+    arrays, args = {}, []
+    for b in program.buffers:
+        a = bufs.get(b.name)
+        if a is None:
+            from cortex.core.interpret import eval_shape
+
+            a = np.zeros(eval_shape(b.shape, sizes), dtype=np_dtype(b.dtype))
+        a = np.ascontiguousarray(a, dtype=np_dtype(b.dtype))
+        arrays[b.name] = a
+        args.append(a.ctypes.data_as(ctypes.c_void_p))
+    args += [ctypes.c_int32(int(sizes[s])) for s in program.size_names]
+    fn.restype = None
+    fn(*args)
+    return arrays
+
+
+def _case(program: ir.Program, seed: int = 0, arity=2):
+    rng = np.random.default_rng(seed)
+    batch = random_batch(rng, n_trees=4, arity=arity)
+    bufs, sizes = inputs(batch, program, rng)
+    for b in program.buffers:
+        if b.layout != ("row_major",):
+            bufs[b.name] = T.to_layout(bufs[b.name].reshape([ir.const_int(d) for d in b.logical_shape]), b.layout)
+    return bufs, sizes
+
+
+VARIANTS = {
+    "plain": lambda p: p,
+    "split_tail_serial_nodes": lambda p: T.annotate(T.split(p, "j", 3), "v", "serial"),
+    "unroll_reduce": lambda p: T.unroll_reduce(p, "k" if p.name == "tree_rnn" else "kk", 4),
+    "packed_cached": lambda p: T.cache(T.change_layout(p, "W" if p.name == "tree_rnn" else "U", "packed", 4),
+                                       "W" if p.name == "tree_rnn" else "U", "private", at="v"),
+    "transposed_unrolled": lambda p: T.unroll(T.change_layout(p, "W" if p.name == "tree_rnn" else "U", "transposed"), "j"),
+}
+
+
+@needs_cc
+@pytest.mark.parametrize("build", [tree_rnn, child_sum], ids=["tree_rnn", "child_sum"])
+@pytest.mark.parametrize("form", ["single", "per_level"])
+@pytest.mark.parametrize("leaf_spec", [True, False])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_rendered_c_compiles_and_matches_the_interpreter(tmp_path, build, form, leaf_spec, dtype):
+    p = build(form=form, leaf_spec=leaf_spec, dtype=dtype)
+    so = _compile_c(render(p, "c"), tmp_path, p.name)
+    bufs, sizes = _case(p, arity=None if p.name == "child_sum" else 2)
+    want = run(p, dict(bufs), sizes)["h"]
+    got = _run_c(p, so, bufs, sizes)["h"]
+    tol = 1e-12 if dtype == "float64" else 1e-5
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
+@needs_cc
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@pytest.mark.parametrize("build", [tree_rnn, child_sum], ids=["tree_rnn", "child_sum"])
+def test_scheduled_programs_render_to_correct_c(tmp_path, variant, build):
+    p = verify(VARIANTS[variant](build(dtype="float64")))
+    so = _compile_c(render(p, "c"), tmp_path, p.name)
+    bufs, sizes = _case(p, seed=3, arity=None if p.name == "child_sum" else 2)
+    want = run(p, dict(bufs), sizes)["h"]
+    np.testing.assert_allclose(_run_c(p, so, bufs, sizes)["h"], want, rtol=1e-12, atol=1e-12)
+
+
+@needs_cc
+def test_openmp_build_runs_the_parallel_loops_correctly(tmp_path):
+    p = child_sum(form="single", dtype="float64")
+    probe = subprocess.run([CC, "-fopenmp", "-x", "c", "-", "-c", "-o", str(tmp_path / "probe.o")],
+                           input="int x;\n", capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(reason="this C compiler has no OpenMP support (-fopenmp)")
+    so = _compile_c(render(p, "c"), tmp_path, "omp", extra=("-fopenmp",))
+    bufs, sizes = _case(p, seed=5, arity=None)
+    want = run(p, dict(bufs), sizes)["h"]
+    np.testing.assert_allclose(_run_c(p, so, bufs, sizes)["h"], want, rtol=1e-12, atol=1e-12)
+
+
+def test_c_source_shape():
+    p = tree_rnn(form="per_level", dtype="float32")
+    src = render(p, "c")
+    assert f"void {kernel_symbol(p, 'level')}(const int32_t* restrict level_offsets," in src
+    assert "float* restrict h, int32_t N, int32_t L, int32_t NL, int32_t E, int32_t l)" in src
+    assert f"void {entry_symbol(p)}(" in src and "for (int32_t lh = 1; lh < L; ++lh) {" in src
+    assert "#pragma omp parallel for" in src and "tanhf(" in src
+    assert "tanh(" in render(tree_rnn(dtype="float64"), "c").replace("tanhf(", "")
+
+
+def _gpu_program(form: str) -> ir.Program:
+    p = T.bind(T.bind(tree_rnn(form=form, dtype="float32", H=32), "v", "group"), "j", "thread")
+    if form == "single":
+        p = T.cache(p, "W", "shared")  # weights resident in shared memory across levels
+    return verify(p)
+
+
+def test_cuda_source_uses_grid_stride_loops_and_cooperative_groups():
+    single = render(_gpu_program("single"), "cuda")
+    assert 'extern "C" __global__ void tree_rnn_main(' in single
+    assert "#include <cooperative_groups.h>" in single
+    assert single.count("cooperative_groups::this_grid().sync();") == 2
+    assert "for (int32_t v = (level_offsets[l]) + (int)blockIdx.x; v < v__end; v += (int)gridDim.x)" in single
+    assert "for (int32_t j = (0) + (int)threadIdx.x; j < j__end; j += (int)blockDim.x)" in single
+    assert "__shared__ float W_shared[32][32];" in single and "__syncthreads();" in single
+    per_level = render(_gpu_program("per_level"), "cuda")
+    assert "this_grid" not in per_level and "cooperative_groups" not in per_level
+
+
+@needs_nvcc
+def test_cuda_compiles_with_nvcc_for_sm_90(tmp_path):
+    # the persistent form (grid sync, shared weights) and a per-level float64 child-sum, in parallel
+    sources = [render(_gpu_program("single"), "cuda"), render(child_sum(form="per_level", dtype="float64"), "cuda")]
+    procs = []
+    for i, src in enumerate(sources):
+        path = tmp_path / f"k{i}.cu"
+        path.write_text(src)
+        procs.append((path, subprocess.Popen([NVCC, "-c", "-arch=sm_90", str(path), "-o", str(path) + ".o"],
+                                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
+    for path, proc in procs:
+        out, _ = proc.communicate(timeout=300)
+        assert proc.returncode == 0, f"nvcc failed on {path.name}:\n{out}\n--- source ---\n{path.read_text()}"
+
+
+def test_opencl_renders_and_refuses_grid_barriers():
+    src = render(_gpu_program("per_level"), "opencl")
+    assert "__kernel void tree_rnn_level(__global const int* restrict level_offsets" in src
+    assert "(int)get_group_id(0)" in src and "(int)get_local_id(0)" in src
+    f64 = render(child_sum(form="per_level", dtype="float64"), "opencl")
+    assert f64.startswith("/*") and "#pragma OPENCL EXTENSION cl_khr_fp64 : enable" in f64
+    shared = render(T.cache(_gpu_program("per_level"), "W", "shared", kernel="level"), "opencl")
+    assert "__local float W_shared[32][32];" in shared and "barrier(CLK_LOCAL_MEM_FENCE" in shared
+    with pytest.raises(RenderError, match="no grid-wide barrier; schedule kernel_form='per_level'"):
+        render(_gpu_program("single"), "opencl")
+
+
+def test_select_around_a_reduction_keeps_the_guard():
+    # select(c >= 0, sum_k h[c, k], 0): the accumulator loop must sit inside the guard
+    N = ir.Var("N")
+    c = ir.Var("c")
+    body = ir.For("v", 0, N, ir.Let("c", ir.Load("t", (ir.Var("v"),)), ir.Store(
+        "y", (ir.Var("v"),),
+        ir.Select(c >= 0, ir.Reduce("sum", "k", 0, 4, ir.Load("x", (c, ir.Var("k")))), ir.fconst(0, "float64")))))
+    p = ir.Program("guard", (ir.Size("N"),), (
+        ir.Buffer("t", "int32", (N,), "index", (ir.Const(-1), N - 1)),
+        ir.Buffer("x", "float64", (N, 4), "input"),
+        ir.Buffer("y", "float64", (N,), "output"),
+    ), (ir.Kernel("k", (), body),), (ir.Launch("k"),))
+    verify(p)
+    src = render(p, "c")
+    guard = src.index("if ((c >= 0)) {")
+    assert guard < src.index("for (int32_t k =") < src.index("} else {")
+
+
+def test_unknown_dialect_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown C dialect 'metal'"):
+        render(tree_rnn(), "metal")
+
+
+def test_render_is_deterministic():
+    p = _gpu_program("single")
+    assert render(p, "cuda") == render(replace(p), "cuda")
