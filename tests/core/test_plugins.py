@@ -74,7 +74,7 @@ def test_import_cortex_loads_no_plugin_and_no_backend_library():
     code = (
         "import sys, json, cortex\n"
         "heavy = ['cortex.core.plugins', 'cortex.plugins.cpu_llvm', 'cortex.plugins.opencl',"
-        " 'cortex.plugins.cuda', 'cortex.plugins.numpy_ref', 'llvmlite', 'pyopencl', 'pycuda']\n"
+        " 'cortex.plugins.cuda', 'cortex.plugins.numpy_ref', 'pluggy', 'llvmlite', 'pyopencl', 'pycuda']\n"
         "print(json.dumps([m for m in heavy if m in sys.modules]))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
