@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from test_loopir_examples import BUILDERS, child_sum, inputs, random_batch, reference, tree_rnn  # noqa: E402
+from test_loopir_examples import (  # noqa: E402
+    BUILDERS, child_sum, inputs, random_batch, reference, tree_lstm, tree_lstm_reference, tree_rnn,
+)
 
 from cortex.core import loopir as ir  # noqa: E402
 from cortex.core.interpret import InterpretError, allocate, run  # noqa: E402
@@ -151,3 +153,17 @@ def test_interpreter_is_fast_enough_for_a_realistic_batch():
     elapsed = time.perf_counter() - t0
     np.testing.assert_allclose(h, reference("tree_rnn", batch, bufs), rtol=1e-4, atol=1e-4)
     assert elapsed < 5.0, f"interpreter took {elapsed:.2f}s for {batch.num_nodes} nodes"
+
+
+@pytest.mark.parametrize("form", ["single", "per_level"])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_fused_tree_lstm_matches_the_equations(form, dtype):
+    rng = np.random.default_rng(11)
+    batch = random_batch(rng, n_trees=5, max_leaves=9)
+    p = tree_lstm(form=form, dtype=dtype)
+    bufs, sizes = inputs(batch, p, rng)
+    out = run(p, bufs, sizes)
+    h, c = tree_lstm_reference(batch, bufs)
+    tol = dict(rtol=0, atol=1e-12) if dtype == "float64" else dict(rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(out["h"], h, **tol)
+    np.testing.assert_allclose(out["c"], c, **tol)

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from test_loopir_examples import BUILDERS, SIZES, index_buffers, tree_rnn  # noqa: E402
+from test_loopir_examples import BUILDERS, SIZES, index_buffers, tree_lstm, tree_rnn  # noqa: E402
 
 from cortex.core import loopir as ir  # noqa: E402
 from cortex.core.capabilities import Capabilities  # noqa: E402
@@ -104,6 +104,11 @@ def test_verifier_accepts_the_examples(name, form, leaf_spec):
     p = BUILDERS[name](form=form, leaf_spec=leaf_spec)
     assert verify(p) is p
     assert check(p, GPU) == []
+
+
+@pytest.mark.parametrize("form", ["single", "per_level"])
+def test_verifier_accepts_the_fused_tree_lstm(form):
+    verify(tree_lstm(form=form, H=16), GPU)
 
 
 def test_verifier_rejects_an_out_of_bounds_access():

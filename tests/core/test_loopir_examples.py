@@ -121,6 +121,87 @@ def child_sum(H: int = 8, V: int = 11, dtype: str = "float64", form: str = "sing
     return _form("child_sum", SIZES, buffers, leaf, internal, form, 1 if leaf_spec else 0)
 
 
+def tree_lstm(H: int = 8, V: int = 11, dtype: str = "float64", form: str = "single") -> ir.Program:
+    """Binary TreeLSTM (Tai et al. 2015, N-ary) in the fused form the lowering should produce.
+
+    Leaves:   [i; o; u] = W @ Emb[word] + bW;  c = sig(i) * tanh(u);  h = sig(o) * tanh(c)
+    Internal: [i; fl; fr; o; u] = U @ [h_l; h_r] + bU  (one stacked GEMV)
+              c = sig(i) * tanh(u) + sig(fl) * c_l + sig(fr) * c_r;  h = sig(o) * tanh(c)
+    Per node and hidden unit ``j``, the five gate rows ``t*H + j`` are reduced and consumed by
+    the elementwise epilogue in the same loop nest: no gate temporaries, only h and c.
+    """
+    buffers = index_buffers(V) + (
+        ir.Buffer("Emb", dtype, (V, H), "param"),
+        ir.Buffer("W", dtype, (3 * H, H), "param"),
+        ir.Buffer("bW", dtype, (3 * H,), "param"),
+        ir.Buffer("U", dtype, (5 * H, 2 * H), "param"),
+        ir.Buffer("bU", dtype, (5 * H,), "param"),
+        ir.Buffer("h", dtype, (N, H), "output"),
+        ir.Buffer("c", dtype, (N, H), "output"),
+    )
+    zero = fconst(0.0, dtype)
+    j = Var("j")
+
+    def sig(x: ir.Expr) -> ir.Expr:
+        return call("sigmoid", x)
+
+    def leaf_gate(t: int, x: Var) -> ir.Expr:
+        k = f"k{t}"
+        row = j + t * H
+        emb = Select(x >= 0, Load("Emb", (x, Var(k))), zero)
+        return ir.Reduce("sum", k, 0, H, Load("W", (row, Var(k))) * emb) + Load("bW", (row,))
+
+    def node_gate(t: int, cl: Var, cr: Var) -> ir.Expr:
+        row = j + t * H
+        kl, kr = f"kl{t}", f"kr{t}"
+        left = ir.Reduce("sum", kl, 0, H, Load("U", (row, Var(kl))) * Select(cl >= 0, Load("h", (cl, Var(kl))), zero))
+        right = ir.Reduce("sum", kr, 0, H, Load("U", (row, Var(kr) + H)) * Select(cr >= 0, Load("h", (cr, Var(kr))), zero))
+        return left + right + Load("bU", (row,))
+
+    def child_c(cv: Var) -> ir.Expr:
+        return Select(cv >= 0, Load("c", (cv, j)), zero)
+
+    u, v = Var("u"), Var("v")
+    x = Var("x")
+    cell = Var("cell", dtype)
+    leaf_body = Let("x", Load("word_ids", (u,)), For("j", 0, H, Let(
+        "cell", sig(leaf_gate(0, x)) * call("tanh", leaf_gate(2, x)),
+        seq(Store("c", (u, j), cell), Store("h", (u, j), sig(leaf_gate(1, x)) * call("tanh", cell)))), "parallel"))
+    leaf = For("u", 0, NL, leaf_body, "parallel")
+
+    def internal(level: ir.Expr) -> ir.Stmt:
+        cl, cr = Var("cl"), Var("cr")
+        cell_value = (sig(node_gate(0, cl, cr)) * call("tanh", node_gate(4, cl, cr))
+                      + sig(node_gate(1, cl, cr)) * child_c(cl) + sig(node_gate(2, cl, cr)) * child_c(cr))
+        unit = Let("cell", cell_value, seq(
+            Store("c", (v, j), cell), Store("h", (v, j), sig(node_gate(3, cl, cr)) * call("tanh", cell))))
+        node = Let("cl", Load("child_table", (v, 0)), Let("cr", Load("child_table", (v, 1)), For("j", 0, H, unit, "parallel")))
+        lo, hi = _node_range(level)
+        return For("v", lo, hi, node, "parallel")
+
+    return _form("tree_lstm", SIZES, buffers, leaf, internal, form, 1)
+
+
+def tree_lstm_reference(batch: LinearizedBatch, bufs: dict) -> tuple[np.ndarray, np.ndarray]:
+    f = {k: np.asarray(v, dtype=np.float64) for k, v in bufs.items() if k in ("Emb", "W", "bW", "U", "bU")}
+    H = f["Emb"].shape[1]
+    sig = lambda z: 1 / (1 + np.exp(-z))  # noqa: E731
+    h = np.zeros((batch.num_nodes, H))
+    c = np.zeros((batch.num_nodes, H))
+    for n in range(batch.num_nodes):
+        kids = batch.children(n)
+        if len(kids) == 0:
+            g = f["W"] @ f["Emb"][batch.word_ids[n]] + f["bW"]
+            i, o, uu = np.split(g, 3)
+            c[n] = sig(i) * np.tanh(uu)
+        else:
+            g = f["U"] @ np.concatenate([h[kids[0]], h[kids[1]]]) + f["bU"]
+            i, fl, fr, o, uu = np.split(g, 5)
+            c[n] = sig(i) * np.tanh(uu) + sig(fl) * c[kids[0]] + sig(fr) * c[kids[1]]
+        h[n] = sig(o) * np.tanh(c[n])
+    return h, c
+
+
 # ----------------------------------------------------------------------------- data
 
 

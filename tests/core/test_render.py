@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from test_loopir_examples import child_sum, inputs, random_batch, tree_rnn  # noqa: E402
+from test_loopir_examples import child_sum, inputs, random_batch, tree_lstm, tree_lstm_reference, tree_rnn  # noqa: E402
 
 from cortex.core import loop_transforms as T  # noqa: E402
 from cortex.core import loopir as ir  # noqa: E402
@@ -65,7 +65,7 @@ def _case(program: ir.Program, seed: int = 0, arity=2):
     for b in program.buffers:
         if b.layout != ("row_major",):
             bufs[b.name] = T.to_layout(bufs[b.name].reshape([ir.const_int(d) for d in b.logical_shape]), b.layout)
-    return bufs, sizes
+    return bufs, sizes, batch
 
 
 VARIANTS = {
@@ -86,7 +86,7 @@ VARIANTS = {
 def test_rendered_c_compiles_and_matches_the_interpreter(tmp_path, build, form, leaf_spec, dtype):
     p = build(form=form, leaf_spec=leaf_spec, dtype=dtype)
     so = _compile_c(render(p, "c"), tmp_path, p.name)
-    bufs, sizes = _case(p, arity=None if p.name == "child_sum" else 2)
+    bufs, sizes, batch = _case(p, arity=None if p.name == "child_sum" else 2)
     want = run(p, dict(bufs), sizes)["h"]
     got = _run_c(p, so, bufs, sizes)["h"]
     tol = 1e-12 if dtype == "float64" else 1e-5
@@ -99,7 +99,7 @@ def test_rendered_c_compiles_and_matches_the_interpreter(tmp_path, build, form, 
 def test_scheduled_programs_render_to_correct_c(tmp_path, variant, build):
     p = verify(VARIANTS[variant](build(dtype="float64")))
     so = _compile_c(render(p, "c"), tmp_path, p.name)
-    bufs, sizes = _case(p, seed=3, arity=None if p.name == "child_sum" else 2)
+    bufs, sizes, batch = _case(p, seed=3, arity=None if p.name == "child_sum" else 2)
     want = run(p, dict(bufs), sizes)["h"]
     np.testing.assert_allclose(_run_c(p, so, bufs, sizes)["h"], want, rtol=1e-12, atol=1e-12)
 
@@ -112,7 +112,7 @@ def test_openmp_build_runs_the_parallel_loops_correctly(tmp_path):
     if probe.returncode != 0:
         pytest.skip(reason="this C compiler has no OpenMP support (-fopenmp)")
     so = _compile_c(render(p, "c"), tmp_path, "omp", extra=("-fopenmp",))
-    bufs, sizes = _case(p, seed=5, arity=None)
+    bufs, sizes, batch = _case(p, seed=5, arity=None)
     want = run(p, dict(bufs), sizes)["h"]
     np.testing.assert_allclose(_run_c(p, so, bufs, sizes)["h"], want, rtol=1e-12, atol=1e-12)
 
@@ -199,3 +199,15 @@ def test_unknown_dialect_is_a_clear_error():
 def test_render_is_deterministic():
     p = _gpu_program("single")
     assert render(p, "cuda") == render(replace(p), "cuda")
+
+
+@needs_cc
+@pytest.mark.parametrize("form", ["single", "per_level"])
+def test_fused_tree_lstm_c_runs(tmp_path, form):
+    p = verify(T.unroll_reduce(tree_lstm(form=form, dtype="float64"), "kl0", 4))
+    so = _compile_c(render(p, "c"), tmp_path, p.name)
+    bufs, sizes, batch = _case(p, seed=2)
+    got = _run_c(p, so, bufs, sizes)
+    want_h, want_c = tree_lstm_reference(batch, bufs)
+    np.testing.assert_allclose(got["h"], want_h, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got["c"], want_c, rtol=1e-12, atol=1e-12)
