@@ -164,22 +164,31 @@ def tree_lstm(H: int = 8, V: int = 11, dtype: str = "float64", form: str = "sing
     u, v = Var("u"), Var("v")
     x = Var("x")
     cell = Var("cell", dtype)
-    leaf_body = Let("x", Load("word_ids", (u,)), For("j", 0, H, Let(
-        "cell", sig(leaf_gate(0, x)) * call("tanh", leaf_gate(2, x)),
-        seq(Store("c", (u, j), cell), Store("h", (u, j), sig(leaf_gate(1, x)) * call("tanh", cell)))), "parallel"))
-    leaf = For("u", 0, NL, leaf_body, "parallel")
+    g = {name: Var(name, dtype) for name in ("gi", "gfl", "gfr", "go", "gu")}
+
+    def lets(bindings: list[tuple[str, ir.Expr]], body: ir.Stmt) -> ir.Stmt:
+        for name, value in reversed(bindings):
+            body = Let(name, value, body)
+        return body
+
+    leaf_unit = lets([
+        ("gi", sig(leaf_gate(0, x))), ("go", sig(leaf_gate(1, x))), ("gu", call("tanh", leaf_gate(2, x))),
+        ("cell", g["gi"] * g["gu"]),
+    ], seq(Store("c", (u, j), cell), Store("h", (u, j), g["go"] * call("tanh", cell))))
+    leaf = For("u", 0, NL, Let("x", Load("word_ids", (u,)), For("j", 0, H, leaf_unit, "parallel")), "parallel")
 
     def internal(level: ir.Expr) -> ir.Stmt:
         cl, cr = Var("cl"), Var("cr")
-        cell_value = (sig(node_gate(0, cl, cr)) * call("tanh", node_gate(4, cl, cr))
-                      + sig(node_gate(1, cl, cr)) * child_c(cl) + sig(node_gate(2, cl, cr)) * child_c(cr))
-        unit = Let("cell", cell_value, seq(
-            Store("c", (v, j), cell), Store("h", (v, j), sig(node_gate(3, cl, cr)) * call("tanh", cell))))
+        unit = lets([
+            ("gi", sig(node_gate(0, cl, cr))), ("gfl", sig(node_gate(1, cl, cr))), ("gfr", sig(node_gate(2, cl, cr))),
+            ("go", sig(node_gate(3, cl, cr))), ("gu", call("tanh", node_gate(4, cl, cr))),
+            ("cell", g["gi"] * g["gu"] + g["gfl"] * child_c(cl) + g["gfr"] * child_c(cr)),
+        ], seq(Store("c", (v, j), cell), Store("h", (v, j), g["go"] * call("tanh", cell))))
         node = Let("cl", Load("child_table", (v, 0)), Let("cr", Load("child_table", (v, 1)), For("j", 0, H, unit, "parallel")))
         lo, hi = _node_range(level)
         return For("v", lo, hi, node, "parallel")
 
-    return _form("tree_lstm", SIZES, buffers, leaf, internal, form, 1)
+    return ir.simplify(_form("tree_lstm", SIZES, buffers, leaf, internal, form, 1))  # type: ignore[return-value]
 
 
 def tree_lstm_reference(batch: LinearizedBatch, bufs: dict) -> tuple[np.ndarray, np.ndarray]:
