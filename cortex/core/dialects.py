@@ -7,7 +7,7 @@ generated source lives here as data, so adding a dialect is adding a table.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,6 @@ class Dialect:
     vector_pragma: str = ""
     unroll_pragma: str = ""
     host_entry: bool = False  # render a host function that runs the host steps
-    kernel_params_by_value: dict[str, str] = field(default_factory=dict)
 
 
 def _math(suffix32: str, names: tuple[str, ...] = ("exp", "log", "tanh", "sqrt", "fabs", "fma", "fmax", "fmin")) -> dict:

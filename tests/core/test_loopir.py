@@ -207,3 +207,9 @@ def test_verification_error_lists_every_problem():
     assert len(exc.value.problems) == 2 and "2 problems" in str(exc.value)
     # a constant row index is out of bounds when N may be 0: the verifier does not assume N >= 1
     assert len(check(_prog(Store("y", (0, 0), fconst(1, "float32"))))) == 1
+
+
+def test_docs_show_the_current_printed_tree_lstm():
+    doc = pathlib.Path(__file__).resolve().parents[2] / "docs" / "loopir.md"
+    listing = str(tree_lstm(H=256, V=20000, dtype="float32"))
+    assert listing in doc.read_text(), "docs/loopir.md is stale: regenerate its TreeLSTM listing"

@@ -211,3 +211,38 @@ def test_fused_tree_lstm_c_runs(tmp_path, form):
     want_h, want_c = tree_lstm_reference(batch, bufs)
     np.testing.assert_allclose(got["h"], want_h, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(got["c"], want_c, rtol=1e-12, atol=1e-12)
+
+
+OPENCL_SHIM = """
+/* Just enough of OpenCL C, as C macros, for a host C compiler to check the rendered syntax. */
+#define __kernel
+#define __global
+#define __local static
+#define get_group_id(d) 0
+#define get_num_groups(d) 1
+#define get_local_id(d) 0
+#define get_local_size(d) 1
+#define CLK_LOCAL_MEM_FENCE 1
+#define CLK_GLOBAL_MEM_FENCE 2
+#define barrier(flags) ((void)(flags))
+#include <math.h>
+"""
+
+
+@needs_cc
+@pytest.mark.parametrize("program", [
+    lambda: _gpu_program("per_level"),
+    lambda: T.cache(_gpu_program("per_level"), "W", "shared", kernel="level"),
+    lambda: child_sum(form="per_level", dtype="float64"),
+    lambda: tree_lstm(form="per_level", dtype="float32"),
+], ids=["tree_rnn_gpu", "tree_rnn_shared", "child_sum_f64", "tree_lstm"])
+def test_opencl_source_is_syntactically_c(tmp_path, program):
+    # a stand-in until PoCL is available: OpenCL C is C99 plus qualifiers and builtins
+    src = render(program(), "opencl").replace("#pragma OPENCL EXTENSION cl_khr_fp64 : enable", "")
+    shim = tmp_path / "shim.h"
+    shim.write_text(OPENCL_SHIM)
+    path = tmp_path / "k.c"
+    path.write_text(src)
+    r = subprocess.run([CC, "-fsyntax-only", "-Wall", "-Werror", "-std=c11", "-include", str(shim), str(path)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, f"{r.stderr}\n--- source ---\n{src}"
