@@ -23,6 +23,10 @@ _INT64_MAX = 2**63 - 1
 def _words(words: Any, n: int, vocab: Any, index: int, what: str = "words") -> np.ndarray | None:
     if words is None:
         return None
+    if isinstance(words, (list, tuple)) and any(type(w) is str for w in words):
+        if len(words) != n:
+            raise TokenError(f"{what} has {len(words)} entries for {n} nodes", input_index=index)
+        return resolve_words(list(words), vocab, id_key, index)
     arr = np.asarray(words)
     if arr.dtype.kind in "US" or arr.dtype == object:
         lst = arr.reshape(-1).tolist()

@@ -59,7 +59,10 @@ class Origin(Sequence):
         """The output row of input ``b``'s node ``key`` (a path, a node id or ``(i, j)``)."""
         keys = self._keys[b]
         if isinstance(key, str):
-            local = keys.index(key)
+            try:
+                local = keys.index(key)
+            except (AttributeError, ValueError):
+                raise KeyError(key) from None
         elif isinstance(key, tuple):
             local = key[0] * keys.cols + key[1]
         else:

@@ -13,31 +13,49 @@ import numpy as np
 
 
 class PathKeys:
-    """Keys ``"root.1.0"`` computed lazily from each node's (first) parent and child position."""
+    """Keys ``"root.1.0"`` computed on demand from each node's (first) parent and position.
 
-    __slots__ = ("parent", "pos", "_paths")
+    One key costs O(depth) (deep chains make long paths, so keys are never built eagerly);
+    the positions and the child lists for :meth:`index` are computed once, on first use.
+    """
+
+    __slots__ = ("parent", "pos", "_kids")
 
     def __init__(self, parent: list[int] | np.ndarray, pos: list[int] | np.ndarray | None = None):
         self.parent = parent
         self.pos = pos  # None: a pre-order tree, positions are sibling counts
-        self._paths: list[str] | None = None
+        self._kids: list[list[int]] | None = None
+
+    def _positions(self) -> list[int]:
+        if self.pos is None:
+            self.pos = sibling_positions(list(self.parent))
+        return list(self.pos) if not isinstance(self.pos, list) else self.pos
 
     def __call__(self, v: int) -> str:
-        if self._paths is None:
-            # Pre-order numbering: a parent always precedes its child, so one forward pass works.
-            parent = list(self.parent)
-            pos = sibling_positions(parent) if self.pos is None else list(self.pos)
-            paths = [""] * len(parent)
-            for u in range(len(parent)):
-                p = parent[u]
-                paths[u] = "root" if p < 0 else f"{paths[p]}.{pos[u]}"
-            self._paths = paths
-        return self._paths[v]
+        return path_of(self.parent, self._positions(), v)
 
     def index(self, key: str) -> int:
-        self(0)
-        assert self._paths is not None
-        return self._paths.index(key)
+        """The node id of path ``key``; ValueError when no node has that path."""
+        if self._kids is None:
+            pos = self._positions()
+            kids: list[list[int]] = [[] for _ in range(len(self.parent))]
+            for u, p in enumerate(self.parent):
+                if p >= 0:
+                    lst = kids[p]
+                    while len(lst) <= pos[u]:
+                        lst.append(-1)
+                    lst[pos[u]] = u
+            self._kids = kids
+        steps = key.split(".")
+        if steps[0] != "root":
+            raise ValueError(f"not a tree path: {key!r}")
+        v = 0
+        for step in steps[1:]:
+            i = int(step)
+            if not 0 <= i < len(self._kids[v]) or self._kids[v][i] < 0:
+                raise ValueError(f"no node at {key!r}")
+            v = self._kids[v][i]
+        return v
 
 
 def sibling_positions(parent: list[int]) -> list[int]:
