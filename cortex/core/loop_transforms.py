@@ -181,7 +181,15 @@ def cache(
         uses = {k.name for k in targets if any(isinstance(n, ir.Load) and n.buffer == buffer for n in ir.walk(k.body))}
         kernels = tuple(replace(k, body=wrap(k.body)) if k.name in uses else k for k in program.kernels)
         return replace(program, kernels=kernels)
-    return _rewrite_loop(program, at, lambda loop: replace(loop, body=wrap(loop.body)))
+    def at_loop(loop: ir.For) -> ir.Stmt:
+        if scope == "shared" and loop.kind not in ("serial", "gpu_group"):
+            raise TransformError(
+                f"a shared copy is made by a whole group, then a group barrier; loop {at!r} is {loop.kind}, "
+                "so cache in shared memory at a gpu_group or serial loop (or at kernel start)"
+            )
+        return replace(loop, body=wrap(loop.body))
+
+    return _rewrite_loop(program, at, at_loop)
 
 
 def change_layout(program: ir.Program, buffer: str, layout: str, block: int = 1) -> ir.Program:

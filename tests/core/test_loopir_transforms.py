@@ -136,3 +136,33 @@ def test_transforms_are_pure():
     before = str(p)
     T.cache(T.split(p, "j", 4), "W", "shared")
     assert str(p) == before
+
+
+# random compositions: any sequence of legal primitives keeps the program verified and equivalent
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_STEPS = [
+    lambda p, r: T.split(p, r.choice([v for v in T.loop_vars(p) if v != "l"]), r.choice([2, 3, 4])),
+    lambda p, r: T.annotate(p, r.choice([v for v in T.loop_vars(p) if v != "l"]),
+                            r.choice(["serial", "parallel", "vectorized", "unrolled", "gpu_group", "gpu_thread"])),
+    lambda p, r: T.unroll(p, r.choice([v for v in T.loop_vars(p) if v != "l"]), r.choice([None, 2])),
+    lambda p, r: T.unroll_reduce(p, "k", r.choice([2, 4])),
+    lambda p, r: T.change_layout(p, "W", r.choice(["transposed", "packed"]), r.choice([2, 4])),
+    lambda p, r: T.cache(p, "W", r.choice(["private", "shared"]), at=r.choice([None, "v"])),
+]
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, len(_STEPS) - 1), st.integers(0, 2**16)), min_size=1, max_size=4))
+def test_random_compositions_preserve_results(steps):
+    import random
+
+    p = tree_rnn(form="per_level")
+    q = p
+    for which, seed in steps:
+        try:
+            q = _STEPS[which](q, random.Random(seed))
+        except T.TransformError:
+            continue  # not applicable to this program any more (e.g. the loop was unrolled away)
+    _same_results(p, q)

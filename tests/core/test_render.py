@@ -246,3 +246,24 @@ def test_opencl_source_is_syntactically_c(tmp_path, program):
     r = subprocess.run([CC, "-fsyntax-only", "-Wall", "-Werror", "-std=c11", "-include", str(shim), str(path)],
                        capture_output=True, text=True)
     assert r.returncode == 0, f"{r.stderr}\n--- source ---\n{src}"
+
+
+@needs_cc
+def test_random_schedules_render_to_c_that_matches_the_interpreter(tmp_path):
+    import random
+
+    from test_loopir_transforms import _STEPS
+
+    rng = random.Random(1234)
+    for case in range(8):
+        p = tree_rnn(form=rng.choice(["single", "per_level"]), dtype="float64")
+        for _ in range(rng.randint(1, 4)):
+            try:
+                p = _STEPS[rng.randrange(len(_STEPS))](p, random.Random(rng.random()))
+            except T.TransformError:
+                continue
+        p = verify(replace(p, name=f"case{case}"))
+        so = _compile_c(render(p, "c"), tmp_path, p.name)
+        bufs, sizes, _ = _case(p, seed=case)
+        want = run(p, dict(bufs), sizes)["h"]
+        np.testing.assert_allclose(_run_c(p, so, bufs, sizes)["h"], want, rtol=1e-12, atol=1e-12, err_msg=str(p))
