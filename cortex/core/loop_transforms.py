@@ -286,3 +286,13 @@ def unroll_reduce(program: ir.Program, var: str, factor: int) -> ir.Program:
     if not found:
         raise TransformError(f"program {program.name} has no reduce over {var!r}")
     return replace(program, kernels=kernels)
+
+
+def physical_arrays(program: ir.Program, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Host arrays in logical (row-major) form -> what ``program``'s buffers hold: every buffer
+    whose layout a schedule changed is converted with :func:`to_layout`; others pass through."""
+    out = dict(arrays)
+    for b in program.buffers:
+        if b.name in arrays and b.layout != ("row_major",):
+            out[b.name] = to_layout(arrays[b.name], b.layout)
+    return out

@@ -24,11 +24,7 @@ def _same_results(original: ir.Program, transformed: ir.Program, seed: int = 0) 
     batch = random_batch(rng, n_trees=3, arity=None if original.name == "child_sum" else 2)
     bufs, sizes = inputs(batch, original, rng)
     want = run(original, dict(bufs), sizes)["h"]
-    tb = dict(bufs)
-    for b in transformed.buffers:  # physical layouts
-        if b.layout != ("row_major",):
-            tb[b.name] = T.to_layout(bufs[b.name], b.layout)
-    got = run(transformed, tb, sizes)["h"]
+    got = run(transformed, T.physical_arrays(transformed, bufs), sizes)["h"]
     np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13)
 
 
