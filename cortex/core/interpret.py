@@ -35,6 +35,7 @@ from cortex.core import loopir as ir
 VECTOR_KINDS = ("parallel", "vectorized", "gpu_group", "gpu_thread")
 _NP_DTYPES = {"int32": np.int32, "bool": np.bool_, "float32": np.float32, "float64": np.float64}
 _NEG_INF = {"float32": np.float32(-np.inf), "float64": np.float64(-np.inf)}
+CHUNK_ELEMENTS = 1 << 22  # a Reduce materializes at most about this many body elements at once
 
 
 class InterpretError(ir.LoopIRError):
@@ -200,47 +201,55 @@ class _Machine:
             out = out.astype(np.int64)
         return out
 
-    def _push_axis(self, var: str, start: ir.Expr, stop: ir.Expr, mask: np.ndarray):
+    def _bounds(self, start: ir.Expr, stop: ir.Expr, mask: np.ndarray):
+        """Evaluated bounds and the longest trip count over the active lanes."""
         s, t = self.eval(start, mask), self.eval(stop, mask)
         trip = np.broadcast_to(t - s, np.broadcast_shapes(s.shape, t.shape, mask.shape))
         active = np.broadcast_to(mask, trip.shape)
         extent = int(trip[active].max()) if active.any() else 0
-        extent = max(extent, 0)
-        self.extents.append(extent)
-        lanes = np.arange(extent).reshape((1,) * (self.depth - 1) + (extent,))
-        v = s[..., None] + lanes
-        new_mask = mask[..., None] & (v < t[..., None])
+        return s, t, max(extent, 0)
+
+    def _push_axis(self, var: str, s: np.ndarray, t: np.ndarray, mask: np.ndarray, offset: int, length: int):
+        """Bind ``var`` to ``s + offset + arange(length)`` on a new trailing axis."""
         if var in self.env:
             raise InterpretError(f"variable {var!r} is bound twice (names must not be shadowed)")
+        self.extents.append(length)
+        lanes = np.arange(offset, offset + length).reshape((1,) * (self.depth - 1) + (length,))
+        v = s[..., None] + lanes
         self.env[var] = v
-        return new_mask, extent
+        return mask[..., None] & (v < t[..., None])
 
     def _pop_axis(self, var: str) -> None:
         self.extents.pop()
         del self.env[var]
 
     def _reduce(self, e: ir.Reduce, mask: np.ndarray) -> np.ndarray:
-        new_mask, extent = self._push_axis(e.var, e.start, e.stop, mask)
-        try:
-            dtype = _NP_DTYPES[ir.infer_dtype(e.body, self._all_dtypes())]
-            if extent == 0:
-                body = np.zeros((1,) * self.depth, dtype=dtype)
-                new_mask = np.zeros((1,) * self.depth, dtype=bool)
-            else:
+        s, t, extent = self._bounds(e.start, e.stop, mask)
+        dt = ir.infer_dtype(e.body, self._all_dtypes())
+        np_dt = np.int64 if dt == ir.INT else _NP_DTYPES[dt]
+        ident = _NEG_INF.get(dt, np.iinfo(np.int64).min) if e.op == "max" else np_dt(0)
+        # evaluate the reduction axis in chunks so that lanes x chunk stays within CHUNK_ELEMENTS
+        lanes = int(np.prod(self.extents)) if self.extents else 1
+        chunk = max(1, min(extent, CHUNK_ELEMENTS // max(1, lanes)))
+        out = np.full((1,) * self.depth, ident, dtype=np_dt)
+        count = np.zeros((1,) * self.depth, dtype=np.int64)
+        for off in range(0, extent, chunk):
+            length = min(chunk, extent - off)
+            new_mask = self._push_axis(e.var, s, t, mask, off, length)
+            try:
                 body = self.eval(e.body, new_mask)
+            finally:
+                self._pop_axis(e.var)
             full = np.broadcast_shapes(body.shape, new_mask.shape)
+            vals = np.broadcast_to(np.where(new_mask, body, ident), full)
             if e.op == "max":
-                ident = _NEG_INF.get(ir.infer_dtype(e.body, self._all_dtypes()), np.iinfo(np.int64).min)
-                vals = np.where(new_mask, body, ident)
-                out = np.broadcast_to(vals, full).max(axis=-1) if full[-1] > 0 else np.full(full[:-1], ident)
+                out = np.maximum(out, vals.max(axis=-1))
             else:
-                vals = np.where(new_mask, body, body.dtype.type(0))
-                out = np.broadcast_to(vals, full).sum(axis=-1, dtype=body.dtype)
-                if e.op == "mean":
-                    count = np.broadcast_to(new_mask, full).sum(axis=-1)
-                    out = out / np.maximum(count, 1).astype(body.dtype)
-        finally:
-            self._pop_axis(e.var)
+                out = out + vals.sum(axis=-1, dtype=np_dt)
+            if e.op == "mean":
+                count = count + np.broadcast_to(new_mask, full).sum(axis=-1)
+        if e.op == "mean":
+            out = out / np.maximum(count, 1).astype(np_dt)
         return out
 
     def _all_dtypes(self) -> dict[str, str]:
@@ -272,12 +281,13 @@ class _Machine:
                 self.exec(s.orelse, mask & ~c)
         elif isinstance(s, ir.For):
             if s.kind in VECTOR_KINDS:
-                new_mask, extent = self._push_axis(s.var, s.start, s.stop, mask)
-                try:
-                    if extent > 0:
+                st, sp, extent = self._bounds(s.start, s.stop, mask)
+                if extent > 0:
+                    new_mask = self._push_axis(s.var, st, sp, mask, 0, extent)
+                    try:
                         self.exec(s.body, new_mask)
-                finally:
-                    self._pop_axis(s.var)
+                    finally:
+                        self._pop_axis(s.var)
             else:
                 self._serial_for(s, mask)
         elif isinstance(s, ir.Alloc):

@@ -167,3 +167,16 @@ def test_fused_tree_lstm_matches_the_equations(form, dtype):
     tol = dict(rtol=0, atol=1e-12) if dtype == "float64" else dict(rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(out["h"], h, **tol)
     np.testing.assert_allclose(out["c"], c, **tol)
+
+
+@pytest.mark.parametrize("name", ["tree_rnn", "child_sum"])
+def test_chunked_reductions_give_the_same_results(monkeypatch, name):
+    import cortex.core.interpret as interp
+
+    rng = np.random.default_rng(2)
+    batch = random_batch(rng, n_trees=3, arity=None if name == "child_sum" else 2)
+    p = BUILDERS[name]()
+    bufs, sizes = inputs(batch, p, rng)
+    whole = run(p, bufs, sizes)["h"]
+    monkeypatch.setattr(interp, "CHUNK_ELEMENTS", 7)  # forces many chunks of 1..3 elements
+    np.testing.assert_allclose(run(p, bufs, sizes)["h"], whole, rtol=1e-13, atol=1e-14)
