@@ -11,7 +11,8 @@ Loops of kind parallel / vectorized / gpu_group / gpu_thread have no loop-carrie
 ``arange`` on a new trailing axis and the body runs once, on arrays, with broadcasting.
 Variable bounds (a CSR range that differs per node) are handled with a lane *mask*: the axis
 gets the longest trip count and lanes past their own ``stop`` are masked off. A
-:class:`~cortex.core.loopir.Reduce` is evaluated the same way and summed over its axis.
+:class:`~cortex.core.loopir.Reduce` is evaluated the same way and summed over its axis (in
+chunks of the reduction range, so memory stays bounded for large GEMVs over many nodes).
 Serial and unrolled loops are Python loops (the level loop). Values at nesting depth ``d`` are
 arrays with ``d`` dims (size 1 where they do not vary), aligned by axis position.
 

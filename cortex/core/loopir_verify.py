@@ -522,6 +522,11 @@ class _Checker:
             vars_[p] = (ir.INT, args[i] if args is not None else UNKNOWN)
         self.stmt(k.body, _Scope(vars_, {}, {}, (), False))
 
+    def host_expr(self, e: ir.Expr, sc: _Scope) -> None:
+        if any(isinstance(n, (ir.Load, ir.Reduce)) for n in ir.walk(e)):
+            self.err(f"host expression {e} reads a buffer; the host only knows sizes and host loop variables")
+        self.expr(e, sc)
+
     def host(self, steps: tuple[ir.Node, ...], vars_: dict, launched: set[str]) -> None:
         for st in steps:
             sc = _Scope(vars_, {}, {}, (), False)
@@ -535,12 +540,12 @@ class _Checker:
                     self.err(f"launch of {k.name} with {len(st.args)} args for params {k.params}")
                     continue
                 for a in st.args:
-                    self.expr(a, sc)
+                    self.host_expr(a, sc)
                 self.kernel(k, tuple(self.interval(a, sc) for a in st.args))
                 launched.add(k.name)
             elif isinstance(st, ir.HostFor):
-                self.expr(st.start, sc)
-                self.expr(st.stop, sc)
+                self.host_expr(st.start, sc)
+                self.host_expr(st.stop, sc)
                 inner = self.bind(sc, st.var, ir.INT, self.loop_interval(st.start, st.stop, sc))
                 self.host(st.body, inner.vars, launched)
             else:

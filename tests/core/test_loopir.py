@@ -160,6 +160,9 @@ def test_verifier_checks_kernel_params_per_launch():
     bad = _prog(body, params=("l",), host=(ir.HostFor("i", 0, Var("L") + 1, (ir.Launch("k", (Var("i"),)),)),))
     with pytest.raises(VerificationError, match=r"level_offsets\[l \+ 1\]: cannot prove index 0 \(l \+ 1\) < L \+ 1"):
         verify(bad)
+    reads = _prog(body, params=("l",), host=(ir.Launch("k", (Load("level_offsets", (0,)),)),))
+    with pytest.raises(VerificationError, match="host expression level_offsets\\[0\\] reads a buffer"):
+        verify(reads)
 
 
 @pytest.mark.parametrize(
