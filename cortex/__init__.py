@@ -6,6 +6,7 @@ pycuda). Plugins are loaded on first use — ``cortex.compile`` or ``cortex info
 Public API:
 
 * :func:`compile` — ``cortex.compile(model, target="llvm", **options)``
+* :func:`trace` — ``cortex.trace(model)`` gives the model's RecursiveGraph
 * :data:`hookimpl` — the marker for plugin hook implementations (see ``docs/plugins.md``)
 * :class:`Target`, :class:`TargetOption`, :class:`Availability` — what a plugin registers
 * :class:`Backend`, :class:`Renderer`, :class:`Compiler`, :class:`Runtime` — the backend contract
@@ -35,6 +36,7 @@ _LAZY = {
     "Renderer": "cortex.core.backend",
     "Compiler": "cortex.core.backend",
     "Runtime": "cortex.core.backend",
+    "trace": "cortex.core.trace",
 }
 
 
@@ -67,4 +69,5 @@ __all__ = [
     "compile",
     "hookimpl",
     "resolve_target",
+    "trace",
 ]
