@@ -334,7 +334,32 @@ class _Machine:
         parts = np.broadcast_arrays(mask, val, *idx)
         m = parts[0]
         sel = tuple(p[m] for p in parts[2:])
-        arr[sel] = parts[1][m].astype(arr.dtype, copy=False)
+        values = parts[1][m].astype(arr.dtype, copy=False)
+        if values.size > 1 and arr.ndim > 0:
+            self._check_write_conflicts(s.buffer, arr.shape, sel, values)
+        arr[sel] = values
+
+    @staticmethod
+    def _check_write_conflicts(name: str, shape: tuple, sel: tuple, values: np.ndarray) -> None:
+        """Lanes of one store that hit the same element must agree: differing values mean a
+        parallel loop with a write conflict (a lowering bug), whose result would be arbitrary."""
+        flat = np.ravel_multi_index(sel, shape)
+        order = np.argsort(flat, kind="stable")
+        f, v = flat[order], values[order]
+        same = f[1:] == f[:-1]
+        if not same.any():
+            return
+        agree = v[1:] == v[:-1]
+        if v.dtype.kind == "f":
+            agree |= np.isnan(v[1:]) & np.isnan(v[:-1])
+        differ = same & ~agree
+        if differ.any():
+            k = int(np.argmax(differ))
+            where = np.unravel_index(int(f[k]), shape)
+            raise InterpretError(
+                f"store {name}{list(map(int, where))}: parallel lanes write different values "
+                f"({v[k]!r} and {v[k + 1]!r}); a parallel/vectorized/gpu loop has a write conflict"
+            )
 
     # ---------------------------------------------------------------- host
     def host(self, steps: tuple[ir.Node, ...]) -> None:

@@ -180,3 +180,22 @@ def test_chunked_reductions_give_the_same_results(monkeypatch, name):
     whole = run(p, bufs, sizes)["h"]
     monkeypatch.setattr(interp, "CHUNK_ELEMENTS", 7)  # forces many chunks of 1..3 elements
     np.testing.assert_allclose(run(p, bufs, sizes)["h"], whole, rtol=1e-13, atol=1e-14)
+
+
+def test_conflicting_parallel_writes_are_reported():
+    # y[0] = x[i] for every i of a parallel loop: lanes disagree, so the result would be arbitrary
+    N = Var("N")
+    bufs = (ir.Buffer("x", "float64", (N,), "input"), ir.Buffer("y", "float64", (1,), "output"))
+    racy = _tiny(For("i", 0, N, Store("y", (0,), Load("x", (Var("i"),))), "parallel"), bufs)
+    with pytest.raises(InterpretError, match=r"store y\[0\]: parallel lanes write different values"):
+        run(racy, {"x": np.arange(3.0)}, {"N": 3})
+    run(racy, {"x": np.ones(3)}, {"N": 3})  # lanes agree: deterministic, allowed
+    serial = _tiny(For("i", 0, N, Store("y", (0,), Load("x", (Var("i"),)))), bufs)
+    assert run(serial, {"x": np.arange(3.0)}, {"N": 3})["y"][0] == 2.0
+
+
+def test_conflicting_int_writes_are_reported_too():
+    N = Var("N")
+    p = _tiny(For("i", 0, N, Store("y", (0,), Var("i")), "parallel"), (ir.Buffer("y", "int32", (1,), "output"),))
+    with pytest.raises(InterpretError, match="write different values"):
+        run(p, {}, {"N": 3})
