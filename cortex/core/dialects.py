@@ -37,6 +37,11 @@ class Dialect:
     vector_pragma: str = ""
     unroll_pragma: str = ""
     host_entry: bool = False  # render a host function that runs the host steps
+    # Above this many bytes per kernel, shared arrays are carved out of one dynamically sized
+    # buffer declared with ``dynamic_shared_decl`` (the launch must pass the size: see
+    # ``render_c.dynamic_shared_bytes``). None: always static.
+    static_shared_limit: int | None = None
+    dynamic_shared_decl: str = ""
 
 
 def _math(suffix32: str, names: tuple[str, ...] = ("exp", "log", "tanh", "sqrt", "fabs", "fma", "fmax", "fmin")) -> dict:
@@ -113,6 +118,8 @@ CUDA = Dialect(
     grid_barrier="cooperative_groups::this_grid().sync();",
     grid_barrier_prelude="#include <cooperative_groups.h>\n",
     unroll_pragma="#pragma unroll",
+    static_shared_limit=48 * 1024,  # CUDA's cap on static __shared__ per block
+    dynamic_shared_decl="extern __shared__ __align__(16) unsigned char cx_smem[];",
 )
 
 DIALECTS: dict[str, Dialect] = {d.name: d for d in (C, OPENCL, CUDA)}

@@ -240,7 +240,7 @@ class _Renderer:
             try:
                 dims = "".join(f"[{d}]" for d in s.shape)
                 if s.scope == "shared" and self.d.shared_qualifier is not None:
-                    self.shared_decls.append(f"  {self.d.shared_qualifier} {self.ctype(s.dtype)} {s.name}{dims};")
+                    self.shared_allocs.append(s)
                     return self.stmt(s.body, depth)
                 return [f"{pad}{{", f"{pad}  {self.ctype(s.dtype)} {s.name}{dims};"] + self.stmt(s.body, depth + 1) + [f"{pad}}}"]
             finally:
@@ -301,13 +301,29 @@ class _Renderer:
         out += [f"{self.d.int_type} {s.name}" for s in self.p.sizes]
         return out
 
+    def shared_decls(self) -> list[str]:
+        """Declarations of the kernel's shared arrays: static, or carved out of the dynamic
+        shared buffer when they exceed the dialect's static limit (offsets 16-byte aligned)."""
+        allocs = self.shared_allocs
+        if _dynamic_bytes(allocs, self.d) == 0:
+            return [f"  {self.d.shared_qualifier} {self.ctype(a.dtype)} {a.name}{''.join(f'[{d}]' for d in a.shape)};"
+                    for a in allocs]
+        out = [f"  {self.d.dynamic_shared_decl}"]
+        offset = 0
+        for a in allocs:
+            t = self.ctype(a.dtype)
+            inner = "".join(f"[{d}]" for d in a.shape[1:])
+            out.append(f"  {t} (*{a.name}){inner} = ({t} (*){inner})(cx_smem + {offset});")
+            offset += _align16(_nbytes(a))
+        return out
+
     def kernel(self, k: ir.Kernel) -> str:
-        self.shared_decls: list[str] = []
+        self.shared_allocs: list[ir.Alloc] = []
         body = self.stmt(k.body, 1)
         params = self.params() + [f"{self.d.int_type} {p}" for p in k.params]
         q = f"{self.d.kernel_qualifier} " if self.d.kernel_qualifier else ""
         head = f"{q}void {kernel_symbol(self.p, k.name)}({', '.join(params)})"
-        return "\n".join([head + " {"] + self.shared_decls + body + ["}"])
+        return "\n".join([head + " {"] + self.shared_decls() + body + ["}"])
 
     def host(self, steps: tuple[ir.Node, ...], depth: int) -> list[str]:
         pad = "  " * depth
@@ -341,6 +357,36 @@ class _Renderer:
             head = f"void {entry_symbol(self.p)}({', '.join(self.params())})"
             parts.append("\n".join([head + " {"] + self.host(self.p.host, 1) + ["}"]))
         return "\n\n".join(parts) + "\n"
+
+
+def _nbytes(a: ir.Alloc) -> int:
+    n = {"int32": 4, "bool": 4, "float32": 4, "float64": 8}[a.dtype]
+    for d in a.shape:
+        n *= d
+    return n
+
+
+def _align16(n: int) -> int:
+    return (n + 15) // 16 * 16
+
+
+def _dynamic_bytes(allocs: list[ir.Alloc], d: Dialect) -> int:
+    total = sum(_align16(_nbytes(a)) for a in allocs)
+    if d.static_shared_limit is None or total <= d.static_shared_limit:
+        return 0
+    return total
+
+
+def dynamic_shared_bytes(program: ir.Program, kernel: str, dialect: str | Dialect) -> int:
+    """Bytes of dynamic shared memory the launch of ``kernel`` must request (0: none needed).
+
+    Above CUDA's 48 KiB static limit the runtime must also raise the kernel's
+    ``MaxDynamicSharedMemorySize`` attribute to this value before launching."""
+    d = get_dialect(dialect)
+    if d.shared_qualifier is None:
+        return 0
+    allocs = [n for n in ir.walk(program.kernel(kernel).body) if isinstance(n, ir.Alloc) and n.scope == "shared"]
+    return _dynamic_bytes(allocs, d)
 
 
 def render(program: ir.Program, dialect: str | Dialect = "c") -> str:

@@ -145,9 +145,11 @@ def tree_lstm(H: int = 8, V: int = 11, dtype: str = "float64", form: str = "sing
     def sig(x: ir.Expr) -> ir.Expr:
         return call("sigmoid", x)
 
+    jl = Var("jl")  # leaves' hidden loop (loop names are unique per program, for the transforms)
+
     def leaf_gate(t: int, x: Var) -> ir.Expr:
         k = f"k{t}"
-        row = j + t * H
+        row = jl + t * H
         emb = Select(x >= 0, Load("Emb", (x, Var(k))), zero)
         return ir.Reduce("sum", k, 0, H, Load("W", (row, Var(k))) * emb) + Load("bW", (row,))
 
@@ -174,8 +176,8 @@ def tree_lstm(H: int = 8, V: int = 11, dtype: str = "float64", form: str = "sing
     leaf_unit = lets([
         ("gi", sig(leaf_gate(0, x))), ("go", sig(leaf_gate(1, x))), ("gu", call("tanh", leaf_gate(2, x))),
         ("cell", g["gi"] * g["gu"]),
-    ], seq(Store("c", (u, j), cell), Store("h", (u, j), g["go"] * call("tanh", cell))))
-    leaf = For("u", 0, NL, Let("x", Load("word_ids", (u,)), For("j", 0, H, leaf_unit, "parallel")), "parallel")
+    ], seq(Store("c", (u, jl), cell), Store("h", (u, jl), g["go"] * call("tanh", cell))))
+    leaf = For("u", 0, NL, Let("x", Load("word_ids", (u,)), For("jl", 0, H, leaf_unit, "parallel")), "parallel")
 
     def internal(level: ir.Expr) -> ir.Stmt:
         cl, cr = Var("cl"), Var("cr")

@@ -20,7 +20,7 @@ from cortex.core import loop_transforms as T  # noqa: E402
 from cortex.core import loopir as ir  # noqa: E402
 from cortex.core.interpret import np_dtype, run  # noqa: E402
 from cortex.core.loopir_verify import verify  # noqa: E402
-from cortex.core.render_c import RenderError, entry_symbol, kernel_symbol, render  # noqa: E402
+from cortex.core.render_c import RenderError, dynamic_shared_bytes, entry_symbol, kernel_symbol, render  # noqa: E402
 
 CC = shutil.which("cc")
 NVCC = shutil.which("nvcc")
@@ -146,10 +146,31 @@ def test_cuda_source_uses_grid_stride_loops_and_cooperative_groups():
     assert "this_grid" not in per_level and "cooperative_groups" not in per_level
 
 
+def _big_shared_program() -> ir.Program:
+    # W [192, 64] (48 KiB) and U [320, 128] (160 KiB) of a hidden-64 TreeLSTM resident in shared memory:
+    # together over CUDA's 48 KiB static limit
+    p = T.bind(T.bind(tree_lstm(H=64, dtype="float32"), "v", "group"), "j", "thread")
+    return verify(T.cache(T.cache(p, "U", "shared"), "W", "shared"))
+
+
+def test_large_shared_arrays_use_dynamic_shared_memory_on_cuda():
+    p = _big_shared_program()
+    src = render(p, "cuda")
+    assert "extern __shared__ __align__(16) unsigned char cx_smem[];" in src
+    assert "float (*W_shared)[64] = (float (*)[64])(cx_smem + 0);" in src
+    assert "float (*U_shared)[128] = (float (*)[128])(cx_smem + 49152);" in src
+    assert dynamic_shared_bytes(p, "main", "cuda") == 49152 + 163840
+    small = _gpu_program("single")
+    assert dynamic_shared_bytes(small, "main", "cuda") == 0 and "cx_smem" not in render(small, "cuda")
+    assert dynamic_shared_bytes(p, "main", "opencl") == 0  # OpenCL __local arrays have no static cap
+    assert dynamic_shared_bytes(p, "main", "c") == 0
+
+
 @needs_nvcc
 def test_cuda_compiles_with_nvcc_for_sm_90(tmp_path):
     # the persistent form (grid sync, shared weights) and a per-level float64 child-sum, in parallel
-    sources = [render(_gpu_program("single"), "cuda"), render(child_sum(form="per_level", dtype="float64"), "cuda")]
+    sources = [render(_gpu_program("single"), "cuda"), render(child_sum(form="per_level", dtype="float64"), "cuda"),
+               render(_big_shared_program(), "cuda")]
     procs = []
     for i, src in enumerate(sources):
         path = tmp_path / f"k{i}.cu"
