@@ -443,3 +443,42 @@ def run(
     out = dict(buffers)
     out.update(bufs)
     return out
+
+
+def batch_inputs(program: ir.Program, batch) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+    """The index buffers and sizes of ``program`` (declared with ``loopir.linearizer_buffers``)
+    from a :class:`~cortex.core.structure.LinearizedBatch`. ``child_table`` is padded with -1 to
+    the program's constant width; a batch whose nodes have more children, or tokens outside
+    the program's vocabulary, is refused with a ValueError (the generated code would read out
+    of bounds)."""
+    sizes = {"N": batch.num_nodes, "E": int(len(batch.child_ids)), "B": batch.batch_size,
+             "L": batch.num_levels, "NL": batch.num_leaves}
+    sizes = {k: v for k, v in sizes.items() if k in program.size_names}
+    declared = {b.name: b for b in program.buffers}
+    out: dict[str, np.ndarray] = {}
+    for name in ("level_offsets", "child_offsets", "child_ids", "roots", "node_input"):
+        if name in declared:
+            out[name] = np.ascontiguousarray(getattr(batch, name), dtype=np.int32)
+    if "child_table" in declared:
+        width = ir.const_int(declared["child_table"].shape[1])
+        if width is None:
+            raise InterpretError("child_table must have a constant width (the model's arity)")
+        if batch.max_arity > width and (batch.child_table[:, width:] >= 0).any():
+            most = int((batch.child_table >= 0).sum(axis=1).max())
+            raise ValueError(f"a node has {most} children; this program handles at most {width} per node")
+        table = np.full((batch.num_nodes, width), -1, dtype=np.int32)
+        k = min(width, batch.max_arity)
+        table[:, :k] = batch.child_table[:, :k]
+        out["child_table"] = table
+    if "word_ids" in declared:
+        if batch.word_ids is None:
+            raise ValueError("this program reads word ids but the batch carries no tokens")
+        hi = ir.const_int(declared["word_ids"].value_range[1]) if declared["word_ids"].value_range else None
+        if hi is not None and batch.word_ids.size and int(batch.word_ids.max()) > hi:
+            raise ValueError(f"token id {int(batch.word_ids.max())} is outside the vocabulary (size {hi + 1})")
+        out["word_ids"] = np.ascontiguousarray(batch.word_ids, dtype=np.int32)
+    if "features" in declared:
+        if batch.features is None:
+            raise ValueError("this program reads node features but the batch has none")
+        out["features"] = np.ascontiguousarray(batch.features, dtype=np.float64)
+    return out, sizes

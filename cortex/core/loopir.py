@@ -629,3 +629,36 @@ def simplify(node: Node) -> Node:
         return None
 
     return transform(node, f)
+
+
+# --------------------------------------------------------------------------- the linearizer's arrays
+
+#: Sizes bound from a ``LinearizedBatch``: nodes, child edges, batch, levels, leaves (NL <= N).
+def linearizer_sizes() -> tuple[Size, ...]:
+    n = Var("N")
+    return (Size("N"), Size("E"), Size("B"), Size("L"), Size("NL", hi=n))
+
+
+def linearizer_buffers(
+    arity: int, vocab: int | None = None, features: int | None = None
+) -> tuple[Buffer, ...]:
+    """Declarations of the ``LinearizedBatch`` arrays with the value-range facts its contract
+    guarantees (``cortex/core/structure.py``). ``arity`` is the constant width of
+    ``child_table`` the program indexes (the model's arity, or its maximum for variable
+    arity); ``vocab`` adds ``word_ids`` in [-1, vocab-1]; ``features`` adds ``features[N, F]``
+    (float64, as the linearizer produces it)."""
+    n, e, b, lv = Var("N"), Var("E"), Var("B"), Var("L")
+    zero = Const(0)
+    out = [
+        Buffer("level_offsets", INT, (lv + 1,), "index", (zero, n), monotone=True),
+        Buffer("child_offsets", INT, (n + 1,), "index", (zero, e), monotone=True),
+        Buffer("child_ids", INT, (e,), "index", (zero, n - 1)),
+        Buffer("child_table", INT, (n, Const(arity)), "index", (Const(-1), n - 1)),
+        Buffer("roots", INT, (b,), "index", (zero, n - 1)),
+        Buffer("node_input", INT, (n,), "index", (zero, b - 1)),
+    ]
+    if vocab is not None:
+        out.append(Buffer("word_ids", INT, (n,), "index", (Const(-1), Const(vocab - 1))))
+    if features is not None:
+        out.append(Buffer("features", "float64", (n, Const(features)), "input"))
+    return tuple(out)

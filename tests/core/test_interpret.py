@@ -199,3 +199,27 @@ def test_conflicting_int_writes_are_reported_too():
     p = _tiny(For("i", 0, N, Store("y", (0,), Var("i")), "parallel"), (ir.Buffer("y", "int32", (1,), "output"),))
     with pytest.raises(InterpretError, match="write different values"):
         run(p, {}, {"N": 3})
+
+
+def test_batch_inputs_binds_a_linearized_batch():
+    from cortex.core.interpret import batch_inputs
+
+    rng = np.random.default_rng(4)
+    batch = random_batch(rng, n_trees=3, arity=2)
+    decls = ir.linearizer_buffers(arity=3, vocab=11)
+    n = Var("N")
+    body = For("v", 0, Var("NL"), Store("y", (Var("v"),), ir.Cast("float64", Load("word_ids", (Var("v"),)))), "parallel")
+    p = ir.Program("bind", ir.linearizer_sizes(), decls + (ir.Buffer("y", "float64", (n,), "output"),),
+                   (ir.Kernel("k", (), body),), (ir.Launch("k"),))
+    from cortex.core.loopir_verify import verify
+
+    verify(p)
+    bufs, sizes = batch_inputs(p, batch)
+    assert sizes == {"N": batch.num_nodes, "E": len(batch.child_ids), "B": 3, "L": batch.num_levels, "NL": batch.num_leaves}
+    assert bufs["child_table"].shape == (batch.num_nodes, 3) and (bufs["child_table"][:, 2] == -1).all()
+    y = run(p, bufs, sizes)["y"]
+    np.testing.assert_array_equal(y[: batch.num_leaves], batch.word_ids[: batch.num_leaves])
+    with pytest.raises(ValueError, match="a node has 2 children; this program handles at most 1 per node"):
+        batch_inputs(ir.Program("narrow", p.sizes, ir.linearizer_buffers(arity=1, vocab=11), (), ()), batch)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        batch_inputs(ir.Program("small", p.sizes, ir.linearizer_buffers(arity=2, vocab=3), (), ()), batch)
