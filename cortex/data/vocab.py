@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections import Counter
+from itertools import repeat
 from typing import Iterable
 
 import numpy as np
@@ -80,6 +81,12 @@ class Vocabulary:
                 raise KeyError(token)
             return self.unk_id
         return i
+
+    def ids(self, tokens: list[str]) -> list[int]:
+        """Ids of many tokens at once (the linearizer's bulk lookup; KeyError without unk)."""
+        if self.unk_id is None:
+            return list(map(self._ids.__getitem__, tokens))
+        return list(map(self._ids.get, tokens, repeat(self.unk_id, len(tokens))))
 
     def token(self, i: int) -> str:
         return self._tokens[i]

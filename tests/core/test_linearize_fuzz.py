@@ -118,3 +118,25 @@ def test_object_graphs(links: list[tuple[int, int]], data: Any) -> None:
         nodes[p].children.append(nodes[c])
     check([nodes[0]], vocab_size=5)
     check([Node((nodes[0], nodes[1]))], arity=2)
+
+
+@FUZZ
+@given(st.lists(st.one_of(sexpr_text, sexpr_like, st.just("(3 (2 It) (4 (2 a) (1 fine)))")),
+                min_size=1, max_size=4))
+def test_vectorized_sst_reader_agrees_with_general_parser(texts: list[str]) -> None:
+    """The vectorized SST path either declines or gives exactly the general parser's parts."""
+    from cortex.core.linearize.sexpr import _parse_general
+    from cortex.core.linearize.sexpr_batch import parse_sst_batch
+
+    try:
+        parts = parse_sst_batch(texts, VOCAB)
+    except StructureError:
+        return
+    if parts is None:
+        return
+    for text, part in zip(texts, parts):
+        ref = _parse_general(text, VOCAB, None, 0)
+        assert part.parent.tolist() == ref.parent.tolist()
+        assert part.words.tolist() == ref.words.tolist()
+        assert part.labels.tolist() == ref.labels.tolist()
+        assert [part.keys(v) for v in range(part.n)] == [ref.keys(v) for v in range(ref.n)]

@@ -14,8 +14,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cortex.core.linearize import (ChildTable, EdgeList, Grid, ParentArray, Sequence, clear_cache,
-                                   linearize)
+from cortex.core.linearize import (ChildTable, EdgeList, Grid, ParentArray, Sequence, SExpr,
+                                   clear_cache, linearize)
 
 SETTINGS = settings(max_examples=60, deadline=None)
 
@@ -252,3 +252,44 @@ def test_cache_returns_identical_results(trees: list[Any]) -> None:
     for name in ("level_offsets", "child_offsets", "child_ids", "child_table", "roots",
                  "node_input", "word_ids"):
         assert np.array_equal(getattr(a, name), getattr(c, name))
+
+
+def sst_text(tree: Any, labels: list[int]) -> str:
+    """SST text of a nested tree (int leaves -> words "w<id>"), labels drawn per node."""
+    out: list[str] = []
+    stack: list[Any] = [tree]
+    k = 0
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            out.append(node)
+            continue
+        label = labels[k % len(labels)]
+        k += 1
+        if isinstance(node, tuple):
+            out.append(f"({label} ")
+            stack.append(")")
+            for c in reversed(node):
+                stack.append(" ")
+                stack.append(c)
+        else:
+            out.append(f"({label} w{node})")
+    return "".join(out)
+
+
+@SETTINGS
+@given(st.lists(random_tree(25), min_size=1, max_size=4),
+       st.lists(st.integers(0, 4), min_size=1, max_size=5))
+def test_sst_strings_batch_path_matches_single_path(trees: list[Any], labels: list[int]) -> None:
+    vocab = {f"w{i}": i for i in range(51)}
+    texts = [sst_text(nested_from_parents(p, w), labels) for p, w in trees]
+    batch = linearize(texts, vocab=vocab, cache=False)  # the vectorized reader
+    batch.validate()
+    for b, text in enumerate(texts):
+        single = linearize([(1,), SExpr(text)], vocab=vocab, cache=False)  # per-item reader
+        mine = {batch.origin[v][1]: (int(batch.word_ids[v]), int(batch.labels[v]))
+                for v in range(batch.num_nodes) if batch.origin[v][0] == b}
+        ref = {single.origin[v][1]: (int(single.word_ids[v]), int(single.labels[v]))
+               for v in range(single.num_nodes) if single.origin[v][0] == 1}
+        assert mine == ref
+        assert batch_edges(batch, b) == batch_edges(single, 1)

@@ -6,7 +6,7 @@ latency path. One module per job:
 
 * ``forms``    -- typed wrappers for ambiguous inputs and the rules for raw Python objects;
 * ``nested``   -- tuples/lists, objects with ``children``, ``ast`` trees (one iterative pass);
-* ``sexpr``    -- PTB/SST s-expressions;
+* ``sexpr``    -- PTB/SST s-expressions (``sexpr_batch``: the vectorized plain-SST path);
 * ``arrays``   -- parent arrays, child tables, edge lists, sequences, grids (vectorized);
 * ``assemble`` -- batch-wide validation and level numbering in NumPy;
 * ``cache``    -- LRU caches for structures seen before;
@@ -39,6 +39,7 @@ from .forms import ChildTable, EdgeList, Grid, Node, ParentArray, Sequence, SExp
 from .nested import flatten_nested
 from .parts import Part
 from .sexpr import parse_sexpr
+from .sexpr_batch import parse_sst_batch
 
 __all__ = [
     "linearize", "read_part", "LinearizedBatch", "Origin",
@@ -93,6 +94,32 @@ def read_part(x: Any, vocab: Any = None, index: int = 0, key: Any = None) -> Par
         "(ParentArray, ChildTable, EdgeList, Sequence, Grid, SExpr, Tree)", input_index=index)
 
 
+def _read_sst_strings(items: list[Any], vocab: Any, keys: list[Any]) -> list[Part | None]:
+    """Parts for the plain-SST strings of a batch, read together (cache first, then one
+    vectorized pass); None where an item is something else or needs the general parser."""
+    parts: list[Part | None] = [None] * len(items)
+    if vocab is None:
+        return parts
+    pending = []
+    for i, x in enumerate(items):
+        if type(x) is str:
+            if keys[i] is not None:
+                parts[i] = _cache.STATE.sexprs.get(keys[i])
+            if parts[i] is None:
+                pending.append(i)
+    if pending:
+        try:
+            got = parse_sst_batch([items[i] for i in pending], vocab)
+        except StructureError:
+            got = None  # e.g. an unknown word: the per-item reader names the node
+        if got is not None:
+            for i, part in zip(pending, got):
+                parts[i] = part
+                if keys[i] is not None:
+                    _cache.STATE.sexprs.put(keys[i], part)
+    return parts
+
+
 def linearize(structures: Any, *, arity: int | None = None, vocab_size: int | None = None,
               feature_dim: int | None = None, vocab: Any = None,
               cache: bool = True) -> LinearizedBatch:
@@ -116,7 +143,9 @@ def linearize(structures: Any, *, arity: int | None = None, vocab_size: int | No
             hit = _cache.STATE.batches.get(bkey)
             if hit is not None:
                 return hit
-    parts = [read_part(x, vocab, i, keys[i]) for i, x in enumerate(items)]
+    parts = _read_sst_strings(items, vocab, keys)
+    parts = [p if p is not None else read_part(x, vocab, i, keys[i])
+             for i, (x, p) in enumerate(zip(items, parts))]
     out = assemble(parts, arity=arity, vocab_size=vocab_size, feature_dim=feature_dim)
     if bkey is not None and _cache.key_size(bkey) <= _cache.MAX_KEY_BYTES:
         _cache.STATE.batches.put(bkey, out)

@@ -104,6 +104,8 @@ def _array_key(v: Any) -> Any:
 
 
 _ARRAY_FORMS = (forms.ParentArray, forms.ChildTable, forms.EdgeList, forms.Sequence, forms.Grid)
+_FIELDS = {t: tuple(f.name for f in dataclasses.fields(t) if f.name != "vocab")
+           for t in _ARRAY_FORMS}
 
 
 def input_key(x: Any, vocab: Any) -> Any:
@@ -116,13 +118,16 @@ def input_key(x: Any, vocab: Any) -> Any:
         vk = vocab_key(vocab if x.vocab is None else x.vocab)
         lk = vocab_key(x.label_vocab)
         return None if vk is False or lk is False else ("s", x.text, vk, lk)
+    if t is forms.ParentArray and x.words is None and x.features is None and x.labels is None:
+        par = x.parents  # the common case, keyed without the generic field walk below
+        if type(par) is np.ndarray and par.dtype != object:
+            return ("P", par.dtype.str, par.shape, par.tobytes())
     if t in _ARRAY_FORMS:
         vk = vocab_key(vocab if x.vocab is None else x.vocab)
         if vk is False:
             return None
         try:
-            fields = tuple(_array_key(getattr(x, f.name)) for f in dataclasses.fields(x)
-                           if f.name != "vocab")
+            fields = tuple(_array_key(getattr(x, name)) for name in _FIELDS[t])
         except (TypeError, ValueError):
             return None
         return (t.__name__, fields, vk)

@@ -33,17 +33,7 @@ def resolve_words(
                 f"string token {words[i]!r} needs a vocabulary: pass vocab= to linearize() "
                 "or to the input's wrapper, or give integer ids",
                 input_index=index, path=where(i))
-        get = vocab.__getitem__
-        out = []
-        for i, w in enumerate(words):
-            if type(w) is str:
-                try:
-                    w = get(w)
-                except KeyError:
-                    raise TokenError(f"token {w!r} is not in the vocabulary",
-                                     input_index=index, path=where(i)) from None
-            out.append(w)
-        words = out
+        words = lookup(vocab, words, where, index)
     try:
         arr = np.array(words, dtype=np.int64)
     except (OverflowError, TypeError, ValueError):
@@ -55,6 +45,30 @@ def resolve_words(
     if not arr.size or bool(np.all(arr == NO_TOKEN)):
         return None
     return arr
+
+
+def lookup(vocab: Any, words: list[Any], where: Callable[[int], Any], index: int) -> list[Any]:
+    """Map the str entries of ``words`` through ``vocab`` (other entries pass through).
+
+    Uses ``vocab.ids(list_of_str)`` when the vocabulary has it (one C-level loop), else
+    ``vocab[token]`` per token."""
+    strs = [i for i, w in enumerate(words) if type(w) is str]
+    toks = [words[i] for i in strs]
+    bulk = getattr(vocab, "ids", None)
+    try:
+        ids = bulk(toks) if bulk is not None else list(map(vocab.__getitem__, toks))
+    except KeyError:
+        for i in strs:
+            try:
+                vocab[words[i]]
+            except KeyError:
+                raise TokenError(f"token {words[i]!r} is not in the vocabulary",
+                                 input_index=index, path=where(i)) from None
+        raise
+    out = list(words)
+    for i, v in zip(strs, ids):
+        out[i] = v
+    return out
 
 
 def int_array(a: Any, what: str, index: int, ndim: int) -> np.ndarray:
