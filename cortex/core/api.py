@@ -6,6 +6,12 @@ before any work — and then hands the model, the target and the validated optio
 :func:`run_pipeline`, the single hand-off point to trace → graph passes → lower → schedule →
 codegen → runtime.
 
+Compile options: every target accepts the shared options ``dtype`` (``"float32"`` or
+``"float64"``; default: the model's), ``schedule`` (a ``Schedule``, a dict of knobs over the
+target's default, or its JSON), ``dump`` (a directory: every stage's IR and the rendered source
+are written there) and ``passes`` (the graph passes to run; default ``DEFAULT_PASSES``) — see
+``cortex.core.pipeline``. Every other option is the target's own (``cortex info`` lists them).
+
 Plugins are loaded here on first use, not when ``cortex`` is imported.
 """
 
@@ -37,28 +43,36 @@ def resolve_target(target: str, options: dict[str, Any] | None = None) -> tuple[
 
 def compile(model: Any, target: str = "llvm", **options: Any) -> Any:  # noqa: A001 (API name)
     """Compile ``model`` for ``target`` (a name or alias, e.g. ``"llvm"``/``"cpu"``,
-    ``"opencl"``, ``"cuda"``, ``"numpy"``, or a plugin's target) with the target's ``options``.
+    ``"opencl"``, ``"cuda"``, ``"numpy"``, or a plugin's target) with the shared options
+    (``dtype``, ``schedule``, ``dump``, ``passes``) and the target's own ``options``.
 
-    Returns the executable the pipeline builds. Run ``cortex info`` to list the targets, their
-    options and whether they are enabled here.
+    Returns a :class:`~cortex.core.executable.Executable`: ``exe(structures)`` gives
+    :class:`~cortex.core.outputs.Outputs`. Run ``cortex info`` to list the targets, their
+    options and whether they are enabled here. Errors about options come before any work:
+    :class:`~cortex.core.errors.InvalidOptionError` names the option and what is allowed.
     """
-    resolved, resolved_options = resolve_target(target, options)
-    return run_pipeline(model, resolved, resolved_options)
+    from cortex.core.pipeline import split_options
+
+    shared, own = split_options(options)
+    resolved, resolved_options = resolve_target(target, own)
+    return run_pipeline(model, resolved, {**resolved_options, **shared})
 
 
 class PipelineNotAvailableError(NotYetImplementedError):
-    """Raised by :func:`run_pipeline` until the compilation pipeline exists."""
+    """A stage of the pipeline is not available for this target yet (kept for plugins that
+    register a target before its code generator exists)."""
 
 
 def run_pipeline(model: Any, target: Target, options: dict[str, Any]) -> Any:
     """Trace ``model``, run the graph passes, lower, schedule, generate code with the
     ``target``'s backend (``target.create_backend(options)``) and return the executable.
 
-    This is the single hand-off point from target resolution to the pipeline; the pipeline
-    issues replace this function's body.
+    ``options`` are the target's resolved options plus the shared options as the user gave
+    them (``cortex.core.pipeline.SHARED_OPTIONS``), which are validated here, before any
+    work. This is the single hand-off point from target resolution to the pipeline
+    (``cortex.core.pipeline.build``).
     """
-    raise PipelineNotAvailableError(
-        f"target {target.name!r} resolved with options {options}, but code generation for target "
-        f"{target.name!r} arrives with the pipeline issues (trace, lower, schedule) and the "
-        f"{target.name!r} backend issue; cortex.compile cannot build an executable yet"
-    )
+    from cortex.core.pipeline import build, compile_options, split_options
+
+    shared, own = split_options(options)
+    return build(model, target, own, compile_options(target.name, shared))

@@ -1,7 +1,7 @@
 """Built-in plugin: the ``numpy`` target — the LoopProgram interpreter, the executable oracle.
 
 Pipeline position: runs a scheduled LoopProgram without code generation, to check lowering and
-scheduling. Registration only so far; the interpreter arrives with its own issue.
+scheduling (``backend.py``: print "renderer", identity compiler, interpreter runtime).
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
 """The ``numpy`` target's description: options, availability, backend factory.
 
-Always enabled and runnable: it needs only NumPy, a core dependency, and the host.
+Always enabled and runnable: it needs only NumPy, a core dependency, and the host. It has no
+options of its own; the compile options every target accepts (``dtype``, ``schedule``,
+``dump``, ``passes``) are handled by the core (``cortex.core.pipeline.CompileOptions``).
 """
 
 from __future__ import annotations
@@ -8,13 +10,9 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from cortex.core.backend import Backend
-from cortex.core.errors import NotYetImplementedError
 from cortex.core.targets import Availability, Target, TargetOption
 
-OPTIONS = (
-    TargetOption("dtype", str, "float32", "floating-point type the interpreter computes in",
-                 choices=("float32", "float64")),
-)
+OPTIONS: tuple[TargetOption, ...] = ()
 
 
 def enabled() -> Availability:
@@ -26,10 +24,9 @@ def runnable() -> Availability:
 
 
 def create_backend(options: Mapping[str, Any]) -> Backend:
-    raise NotYetImplementedError(
-        "the LoopProgram interpreter behind target 'numpy' arrives with its own issue "
-        "(cortex/plugins/numpy_ref); the target is registered so it can be listed and resolved"
-    )
+    from cortex.plugins.numpy_ref.backend import create_backend as create
+
+    return create(options)
 
 
 def make_target() -> Target:

@@ -1,0 +1,172 @@
+"""The compiled model: ``exe(structures) -> Outputs``, with no recompilation per call.
+
+Pipeline position: the product of ``cortex.core.pipeline.build`` and the host side of every
+call. Compilation (trace, passes, lowering, scheduling, rendering, compiling) happened once; a
+call only
+
+1. linearizes the structures (``cortex.core.linearize``) with the model's arity and its token
+   vocabulary / feature size, so a structure that does not fit the model is rejected with the
+   linearizer's ``ValueError`` before any generated code runs;
+2. binds the batch to the program's index/input buffers and size symbols (``Lowered.bind_batch``);
+3. uploads them, allocates the output and temp buffers from ``program.buffers`` and the sizes,
+   launches the compiled artifact once, synchronizes and downloads the outputs;
+4. turns the output buffers into per-node states (``Lowered.states``) wrapped in
+   :class:`~cortex.core.outputs.Outputs`.
+
+The calling convention between the core and a backend :class:`~cortex.core.backend.Runtime`
+is the rendered entry point's: ``runtime.launch(artifact, args)`` with ``args`` = every buffer
+of the program in ``program.buffers`` order (device buffers from ``upload``/``allocate``)
+followed by every size of ``program.sizes`` as a Python ``int``. The artifact performs the
+program's host steps (its kernel launches) itself.
+
+The params are prepared (derived params, the compile dtype, the schedule's weight layouts) and
+uploaded once, when the executable is built.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Mapping
+
+import numpy as np
+
+from cortex.core.backend import Backend, Source
+from cortex.core.graph import RecursiveGraph
+from cortex.core.interpret import eval_shape, np_dtype
+from cortex.core.outputs import Outputs
+from cortex.core.schedule import Schedule
+from cortex.core.structure import LinearizedBatch
+
+if TYPE_CHECKING:
+    from cortex.core.lower import Lowered
+
+
+class BatchMismatchError(ValueError):
+    """A ready-made LinearizedBatch does not fit the compiled model (arity, tokens, features)."""
+
+
+def linearize_options(graph: RecursiveGraph) -> dict[str, int | None]:
+    """The linearizer keywords that make it enforce what ``graph`` needs of every structure."""
+    opts: dict[str, int | None] = {"arity": graph.arity, "vocab_size": None, "feature_dim": None}
+    for inp in graph.node_inputs:
+        if inp.kind == "word":
+            opts["vocab_size"] = inp.vocab
+        elif inp.kind == "features":
+            opts["feature_dim"] = int(inp.shape[0])
+    return opts
+
+
+def check_batch_fits(graph: RecursiveGraph, batch: LinearizedBatch) -> None:
+    """Raise :class:`BatchMismatchError` unless ``batch`` is safe for ``graph``'s program."""
+    batch.validate()
+    if batch.num_levels > 0 and graph.arity is not None:
+        arity = batch.arity()[batch.num_leaves:]
+        bad = np.flatnonzero(arity != graph.arity)
+        if bad.size:
+            v = batch.num_leaves + int(bad[0])
+            raise BatchMismatchError(f"model {graph.name!r} has arity {graph.arity}, but internal "
+                                     f"node {v} has {int(arity[bad[0]])} children")
+    for inp in graph.node_inputs:
+        if inp.kind == "word":
+            if batch.word_ids is None:
+                raise BatchMismatchError(f"model {graph.name!r} reads token ids, the batch has none")
+            bad = np.flatnonzero(batch.word_ids >= inp.vocab)
+            if bad.size:
+                raise BatchMismatchError(f"node {int(bad[0])}: token id {int(batch.word_ids[bad[0]])}"
+                                         f" is outside the model's vocabulary of {inp.vocab}")
+        elif inp.kind == "features":
+            want = (batch.num_nodes,) + tuple(inp.shape)
+            if batch.features is None or batch.features.shape != want:
+                got = None if batch.features is None else list(batch.features.shape)
+                raise BatchMismatchError(f"model {graph.name!r} reads features {list(want)}, "
+                                         f"the batch has {got}")
+
+
+class Executable:
+    """A model compiled for one target with one set of options; call it on structures."""
+
+    def __init__(self, *, target: str, options: Mapping[str, Any], lowered: "Lowered",
+                 backend: Backend, source: Source, artifact: Any, cache_key: str,
+                 params: Mapping[str, np.ndarray], model_name: str = "") -> None:
+        self.target = target
+        self.options = dict(options)
+        self.lowered = lowered
+        self.backend = backend
+        self.source = source
+        self.artifact = artifact
+        self.cache_key = cache_key
+        self.model_name = model_name or lowered.graph.name
+        self.calls = 0
+        self._linearize = linearize_options(lowered.graph)
+        runtime = backend.runtime
+        prepared = lowered.prepare_params(params)
+        self._params = {name: runtime.upload(np.ascontiguousarray(a)) for name, a in prepared.items()}
+
+    # ---- what was compiled -------------------------------------------------------------------
+
+    @property
+    def graph(self) -> RecursiveGraph:
+        return self.lowered.graph
+
+    @property
+    def program(self):
+        return self.lowered.program
+
+    @property
+    def schedule(self) -> Schedule:
+        return self.lowered.schedule
+
+    @property
+    def dtype(self) -> str:
+        return self.lowered.dtype
+
+    # ---- calls -----------------------------------------------------------------------------
+
+    def linearize(self, structures: Any, *, vocab: Any = None) -> LinearizedBatch:
+        """The batch a call would run: structures linearized and checked against the model."""
+        if isinstance(structures, LinearizedBatch):
+            check_batch_fits(self.graph, structures)
+            return structures
+        from cortex.core.linearize import linearize
+
+        return linearize(structures, vocab=vocab, **self._linearize)
+
+    def __call__(self, structures: Any, *, vocab: Any = None) -> Outputs:
+        """Run the model on one structure or a list of them (a batch), or on a ready
+        :class:`LinearizedBatch`; ``vocab`` maps string tokens to ids."""
+        batch = self.linearize(structures, vocab=vocab)
+        return self.run(batch)
+
+    def run(self, batch: LinearizedBatch) -> Outputs:
+        """Run an already linearized and checked batch (see :meth:`linearize`)."""
+        program = self.lowered.program
+        runtime = self.backend.runtime
+        inputs, sizes = self.lowered.bind_batch(batch)
+        device: dict[str, Any] = dict(self._params)
+        shapes: dict[str, tuple[int, ...]] = {}
+        for buf in program.buffers:
+            shapes[buf.name] = eval_shape(buf.shape, sizes)
+            if buf.name in device:
+                continue
+            if buf.read_only:
+                if buf.name not in inputs:
+                    raise RuntimeError(f"internal error: the lowering bound no array for "
+                                       f"{buf.role} buffer {buf.name!r}")
+                device[buf.name] = runtime.upload(np.ascontiguousarray(inputs[buf.name]))
+            else:
+                device[buf.name] = runtime.allocate(shapes[buf.name], np.dtype(np_dtype(buf.dtype)))
+        args = tuple(device[b.name] for b in program.buffers)
+        args += tuple(int(sizes[s.name]) for s in program.sizes)
+        runtime.launch(self.artifact, args)
+        runtime.synchronize()
+        host = {
+            b.name: runtime.download(device[b.name], np.empty(shapes[b.name], np_dtype(b.dtype)))
+            for b in program.buffers if b.role == "output"
+        }
+        self.calls += 1
+        graph = self.graph
+        return Outputs(self.lowered.states(host), batch, graph.outputs.states, self.dtype,
+                       every_node=graph.outputs.every_node)
+
+    def __repr__(self) -> str:
+        return (f"Executable({self.model_name!r}, target={self.target!r}, dtype={self.dtype}, "
+                f"schedule={self.schedule.to_json()})")

@@ -1,0 +1,254 @@
+"""The compilation pipeline: the one place that lists every stage, in order.
+
+Pipeline position: called by ``cortex.compile`` (``cortex.core.api.run_pipeline``) once the
+target and its options are resolved; returns the :class:`~cortex.core.executable.Executable`.
+
+Stages (DESIGN.md, "Pipeline"), each dumped by ``dump=`` as one numbered file::
+
+    00_options.json          target, target options, dtype, schedule, passes
+    01_graph.txt             trace:          model -> RecursiveGraph
+    02_graph_passes.txt      graph passes:   RecursiveGraph -> RecursiveGraph (``passes=``)
+    03_loops.txt             lower:          RecursiveGraph -> LoopProgram, unscheduled
+    04_loops_scheduled.txt   lower+schedule: the LoopProgram for the chosen Schedule, verified
+                             against the target's Capabilities
+    05_source.<ext>          render:         the backend's source (.c/.cl/.cu/.txt/.bin)
+
+then ``compile`` (the backend's compiler, with its cache key) and the executable, which
+prepares and uploads the params once.
+
+The schedule is the target's ``ScheduleSpace(capabilities, dtype).default()`` unless the user
+gives ``schedule=`` (a :class:`~cortex.core.schedule.Schedule`, a dict of knobs overriding the
+default, or its JSON). The *unscheduled* program of stage 03 is the same lowering with every
+loop-shaping knob at its neutral value (no tiling, scalar, no unrolling, row-major weights, not
+persistent; the structural knobs ``kernel_form``, ``leaf_specialization``, ``fuse``,
+``parallel`` and ``threads`` kept), so the diff 03 -> 04 shows what the schedule did.
+
+The compile options every target accepts are :class:`CompileOptions` (validated here with the
+same :class:`~cortex.core.errors.InvalidOptionError` as a target's own options); a target's
+own options go to its backend factory and compiler.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from cortex.core.errors import InvalidOptionError
+
+if TYPE_CHECKING:
+    from cortex.core.backend import Backend
+    from cortex.core.executable import Executable
+    from cortex.core.graph import RecursiveGraph
+    from cortex.core.schedule import Schedule, ScheduleSpace
+    from cortex.core.targets import Target
+
+GraphPass = Callable[["RecursiveGraph"], "RecursiveGraph"]
+
+#: Options every target accepts, handled by the core, never passed to a target's backend.
+SHARED_OPTIONS = ("dtype", "schedule", "dump", "passes")
+DTYPES = ("float32", "float64")
+
+#: The dump file of each stage, in pipeline order (the source's extension is added by dialect).
+STAGE_FILES = {
+    "options": "00_options.json",
+    "graph": "01_graph.txt",
+    "graph_passes": "02_graph_passes.txt",
+    "loops": "03_loops.txt",
+    "loops_scheduled": "04_loops_scheduled.txt",
+    "source": "05_source",
+}
+SOURCE_EXTENSIONS = {"c": ".c", "opencl": ".cl", "cuda": ".cu", "": ".txt"}
+
+_ALLOWED = {
+    "dtype": "one of 'float32', 'float64'",
+    "schedule": "a cortex.core.schedule.Schedule, a dict of schedule knobs, or its JSON text",
+    "dump": "a directory path (str or os.PathLike)",
+    "passes": "a list of graph passes: functions RecursiveGraph -> RecursiveGraph or names "
+              "from cortex.core.passes.pipeline.ALL_PASSES",
+}
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """The validated shared options. ``dtype=None`` means the model's own dtype;
+    ``schedule=None`` the target's default; ``passes=None`` ``DEFAULT_PASSES``."""
+
+    dtype: str | None = None
+    schedule: Any = None  # Schedule | dict of knobs | None
+    dump: Path | None = None
+    passes: tuple[GraphPass, ...] | None = None
+
+
+def split_options(options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(shared options, the target's own options)``."""
+    shared = {k: v for k, v in options.items() if k in SHARED_OPTIONS}
+    own = {k: v for k, v in options.items() if k not in SHARED_OPTIONS}
+    return shared, own
+
+
+def compile_options(target: str, options: Mapping[str, Any]) -> CompileOptions:
+    """Validate the shared options given to ``cortex.compile(..., target=target)``.
+
+    Raises :class:`InvalidOptionError` naming the option, the value and what is allowed.
+    """
+    from cortex.core.schedule import KNOB_NAMES, Schedule, ScheduleError
+
+    def bad(name: str, value: Any, allowed: str | None = None) -> InvalidOptionError:
+        return InvalidOptionError(target, name, value, allowed or _ALLOWED[name])
+
+    unknown = set(options) - set(SHARED_OPTIONS)
+    if unknown:
+        raise bad(sorted(unknown)[0], options[sorted(unknown)[0]], "no such shared option")
+    out = CompileOptions()
+    if options.get("dtype") is not None:
+        value = options["dtype"]
+        try:
+            name = np.dtype(value).name if not isinstance(value, bool) else None
+        except TypeError:
+            name = None
+        if name not in DTYPES:
+            raise bad("dtype", value)
+        out = replace(out, dtype=name)
+    if options.get("schedule") is not None:
+        value = options["schedule"]
+        if isinstance(value, str):
+            try:
+                value = Schedule.from_json(value).to_dict()
+            except ScheduleError as e:
+                raise bad("schedule", options["schedule"], f"{_ALLOWED['schedule']} ({e})") from None
+        if isinstance(value, dict):
+            unknown_knobs = sorted(set(value) - set(KNOB_NAMES))
+            if unknown_knobs:
+                raise bad("schedule", value, f"knobs from {list(KNOB_NAMES)} (unknown knob "
+                          f"{unknown_knobs[0]!r})")
+            value = dict(value)
+        elif not isinstance(value, Schedule):
+            raise bad("schedule", value)
+        out = replace(out, schedule=value)
+    if options.get("dump") is not None:
+        value = options["dump"]
+        if not isinstance(value, (str, os.PathLike)) or not str(value):
+            raise bad("dump", value)
+        out = replace(out, dump=Path(value))
+    if options.get("passes") is not None:
+        out = replace(out, passes=_resolve_passes(target, options["passes"]))
+    return out
+
+
+def _resolve_passes(target: str, value: Any) -> tuple[GraphPass, ...]:
+    from cortex.core.passes.pipeline import ALL_PASSES
+
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise InvalidOptionError(target, "passes", value, _ALLOWED["passes"])
+    passes = []
+    for p in value:
+        if isinstance(p, str):
+            if p not in ALL_PASSES:
+                raise InvalidOptionError(target, "passes", value,
+                                         f"{_ALLOWED['passes']} (unknown pass {p!r}; known: "
+                                         f"{sorted(ALL_PASSES)})")
+            p = ALL_PASSES[p]
+        elif not callable(p):
+            raise InvalidOptionError(target, "passes", value, _ALLOWED["passes"])
+        passes.append(p)
+    return tuple(passes)
+
+
+def resolve_schedule(target: str, space: "ScheduleSpace", given: Any) -> "Schedule":
+    """The schedule to compile with: the space's default, a knob dict over it, or a given
+    Schedule — validated against the target's space (InvalidOptionError otherwise)."""
+    from cortex.core.schedule import Schedule, ScheduleError
+
+    try:
+        if given is None:
+            return space.default()
+        if isinstance(given, Schedule):
+            return space.validate(given)
+        return space.with_knobs(**given)
+    except ScheduleError as e:
+        raise InvalidOptionError(target, "schedule", given.to_dict() if isinstance(given, Schedule)
+                                 else given, f"a legal schedule for this target: {e}") from None
+
+
+def neutral_schedule(schedule: "Schedule") -> "Schedule":
+    """``schedule`` with every loop-shaping knob neutral (what stage 03 lowers with)."""
+    return replace(schedule, tile_hidden=0, vector_width=1, unroll=1,
+                   weight_layout="row_major", persistent=False)
+
+
+class _Dumper:
+    """Writes each stage's text into ``directory`` (or nothing when it is None)."""
+
+    def __init__(self, directory: Path | None) -> None:
+        self.directory = directory
+        if directory is not None:
+            directory.mkdir(parents=True, exist_ok=True)
+
+    def __bool__(self) -> bool:
+        return self.directory is not None
+
+    def write(self, stage: str, text: str | bytes, extension: str = "") -> None:
+        if self.directory is None:
+            return
+        path = self.directory / (STAGE_FILES[stage] + extension)
+        if isinstance(text, bytes):
+            path.write_bytes(text)
+        else:
+            path.write_text(text if text.endswith("\n") else text + "\n")
+
+
+def build(model: Any, target: "Target", target_options: Mapping[str, Any],
+          options: CompileOptions = CompileOptions()) -> "Executable":
+    """Run every stage for ``model`` on ``target`` and return the executable."""
+    from cortex.core.model import Model
+
+    if not isinstance(model, Model):
+        raise TypeError(f"cortex.compile takes a cortex model (a cortex.core.model.Model such as "
+                        f"cortex.models.TreeLSTM(...)), not {type(model).__name__}")
+    from cortex.core.executable import Executable
+    from cortex.core.loopir_verify import verify
+    from cortex.core.lower import lower
+    from cortex.core.passes.pipeline import DEFAULT_PASSES, run_passes
+    from cortex.core.schedule import ScheduleError, ScheduleSpace
+    from cortex.core.trace import trace
+    dtype = options.dtype or model.dtype
+    passes = DEFAULT_PASSES if options.passes is None else options.passes
+    dump = _Dumper(options.dump)
+
+    traced = trace(model)
+    dump.write("graph", str(traced))
+    graph = run_passes(traced, passes)
+    dump.write("graph_passes", str(graph))
+
+    backend: Backend = target.create_backend(target_options)
+    caps = backend.capabilities
+    try:
+        space = ScheduleSpace(caps, dtype)
+    except ScheduleError as e:
+        raise InvalidOptionError(target.name, "dtype", dtype, f"a float type this target "
+                                 f"supports ({e})") from None
+    schedule = resolve_schedule(target.name, space, options.schedule)
+    dump.write("options", json.dumps({
+        "target": target.name, "target_options": dict(target_options), "dtype": dtype,
+        "schedule": schedule.to_dict(), "passes": [p.__name__ for p in passes],
+    }, indent=2, sort_keys=True, default=repr))
+    if dump:
+        dump.write("loops", str(lower(graph, neutral_schedule(schedule), caps, dtype).program))
+
+    lowered = lower(graph, schedule, caps, dtype)
+    verify(lowered.program, caps)
+    dump.write("loops_scheduled", str(lowered.program))
+
+    source = backend.renderer.render(lowered.program)
+    dump.write("source", source, ".bin" if isinstance(source, bytes)
+               else SOURCE_EXTENSIONS.get(caps.dialect, ".txt"))
+    key = backend.compiler.cache_key(source, target_options)
+    artifact = backend.compiler.compile(source, target_options)
+    return Executable(target=target.name, options=target_options, lowered=lowered,
+                      backend=backend, source=source, artifact=artifact, cache_key=key,
+                      params=model.params, model_name=model.name)
