@@ -1,0 +1,214 @@
+"""cortex.compile end to end on the numpy target: stages, dump=, options, compile-once, errors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import cortex
+from cortex import InvalidOptionError
+from cortex.core import pipeline
+from cortex.core.linearize import ArityError, TokenError
+from cortex.core.passes.pipeline import DEFAULT_PASSES, run_passes
+from cortex.core.reference import evaluate
+from cortex.core.schedule import Schedule, ScheduleSpace
+from cortex.core.trace import trace
+from cortex.models import TreeLSTM, TreeRNN
+from cortex.plugins.numpy_ref.backend import CAPABILITIES, IdentityCompiler
+
+TREES = [((1, 2), (3, (4, 5))), 7, (((0, 1), 2), 3), (8, 9)]
+
+
+def lstm(dtype="float64", **kw):
+    return TreeLSTM(hidden=6, embed=5, vocab=10, dtype=dtype, seed=3, **kw)
+
+
+def check_against_reference(model, out, rtol=1e-10, atol=1e-10):
+    want = evaluate(trace(model), model.params, out.batch)
+    for state, ref in want.items():
+        np.testing.assert_allclose(out.nodes(state), ref, rtol=rtol, atol=atol, err_msg=state)
+    return want
+
+
+def test_compile_tree_lstm_end_to_end():
+    model = lstm()
+    exe = cortex.compile(model, target="numpy")
+    out = exe(TREES)
+    check_against_reference(model, out)
+    assert out.root("h").shape == (4, 6) and out.nodes("c").shape == (out.batch.num_nodes, 6)
+    assert out.dtype == exe.dtype == "float64" and out.root("h").dtype == np.float64
+    assert exe.target == "numpy" and exe.schedule == ScheduleSpace(CAPABILITIES, "float64").default()
+    assert exe.source == str(exe.program)
+    assert "Executable('TreeLSTM', target='numpy', dtype=float64" in repr(exe)
+
+
+def test_dtype_defaults_to_the_models_and_can_be_overridden():
+    model = lstm("float32")
+    assert cortex.compile(model, target="numpy").dtype == "float32"
+    exe = cortex.compile(model, target="numpy", dtype="float64")
+    out = exe(TREES)
+    assert out.nodes("h").dtype == np.float64
+    check_against_reference(model, out)  # float32 params, computed in float64
+    out32 = cortex.compile(model, target="numpy", dtype=np.float32)(TREES)
+    assert out32.nodes("h").dtype == np.float32
+    check_against_reference(model, out32, rtol=1e-4, atol=1e-5)
+
+
+def test_compilation_happens_once_and_calls_never_recompile(monkeypatch):
+    import cortex.core.lower as lower_module
+
+    counts = {"compile": 0, "lower": 0}
+    real_compile, real_lower = IdentityCompiler.compile, lower_module.lower
+
+    def counting_compile(self, source, options):
+        counts["compile"] += 1
+        return real_compile(self, source, options)
+
+    def counting_lower(*args, **kwargs):
+        counts["lower"] += 1
+        return real_lower(*args, **kwargs)
+
+    monkeypatch.setattr(IdentityCompiler, "compile", counting_compile)
+    monkeypatch.setattr(lower_module, "lower", counting_lower)
+    model = TreeRNN(hidden=5, vocab=10, dtype="float64")
+    exe = cortex.compile(model, target="numpy")
+    assert counts == {"compile": 1, "lower": 1}
+    for batch in (TREES, [3], [(1, 2)] * 7, TREES[:1], [((((1, 2), 3), 4), 5)]):
+        check_against_reference(model, exe(batch))
+    assert counts == {"compile": 1, "lower": 1} and exe.calls == 5
+
+
+def test_dump_writes_every_stage(tmp_path):
+    model = lstm()
+    out_dir = tmp_path / "dump" / "lstm"
+    exe = cortex.compile(model, target="numpy", dump=out_dir, schedule={"unroll": 2})
+    names = sorted(p.name for p in out_dir.iterdir())
+    assert names == ["00_options.json", "01_graph.txt", "02_graph_passes.txt", "03_loops.txt",
+                     "04_loops_scheduled.txt", "05_source.txt"]
+    options = json.loads((out_dir / "00_options.json").read_text())
+    assert options["target"] == "numpy" and options["dtype"] == "float64"
+    assert Schedule.from_dict(options["schedule"]) == exe.schedule and exe.schedule.unroll == 2
+    assert options["passes"] == [p.__name__ for p in DEFAULT_PASSES]
+    traced = trace(model)
+    assert (out_dir / "01_graph.txt").read_text() == str(traced) + "\n"
+    assert (out_dir / "02_graph_passes.txt").read_text() == str(run_passes(traced)) + "\n"
+    assert (out_dir / "04_loops_scheduled.txt").read_text() == str(exe.program) + "\n"
+    assert (out_dir / "05_source.txt").read_text() == exe.source + "\n"
+    unscheduled = (out_dir / "03_loops.txt").read_text()
+    assert unscheduled.startswith("program ") and "kernel" in unscheduled
+    assert (out_dir / "01_graph.txt").read_text() != (out_dir / "02_graph_passes.txt").read_text()
+
+
+def test_dump_directory_is_created_and_overwritten(tmp_path):
+    model = TreeRNN(hidden=4, vocab=10)
+    cortex.compile(model, target="numpy", dump=str(tmp_path / "d"))
+    first = (tmp_path / "d" / "04_loops_scheduled.txt").read_text()
+    cortex.compile(model, target="numpy", dump=tmp_path / "d", schedule={"fuse": False})
+    assert (tmp_path / "d" / "04_loops_scheduled.txt").read_text() != first
+
+
+@pytest.mark.parametrize("schedule", [
+    Schedule(),
+    {"leaf_specialization": False},
+    {"fuse": False, "kernel_form": "per_level"},
+    '{"unroll": 4, "tile_hidden": 8, "vector_width": 4, "weight_layout": "packed"}',
+])
+def test_schedule_option_forms(schedule):
+    model = lstm()
+    exe = cortex.compile(model, target="numpy", schedule=schedule)
+    if isinstance(schedule, dict):
+        assert all(getattr(exe.schedule, k) == v for k, v in schedule.items())
+    elif isinstance(schedule, str):
+        assert exe.schedule.unroll == 4 and exe.schedule.weight_layout == "packed"
+    else:
+        assert exe.schedule == schedule
+    check_against_reference(model, exe(TREES))
+
+
+def test_passes_option():
+    model = lstm()
+    for passes in ([], ["cse", "dce"], [p for p in DEFAULT_PASSES]):
+        exe = cortex.compile(model, target="numpy", passes=passes)
+        check_against_reference(model, exe(TREES))
+    assert cortex.compile(model, target="numpy", passes=[]).graph == trace(model)
+
+
+@pytest.mark.parametrize("options, option, allowed", [
+    ({"dtype": "float16"}, "dtype", "one of 'float32', 'float64'"),
+    ({"dtype": True}, "dtype", "one of 'float32', 'float64'"),
+    ({"dtype": "int32"}, "dtype", "one of 'float32', 'float64'"),
+    ({"schedule": {"unrol": 2}}, "schedule", "unknown knob 'unrol'"),
+    ({"schedule": {"unroll": 3}}, "schedule", "unroll=3 is not legal here; choices: [1, 2, 4, 8]"),
+    ({"schedule": {"weight_layout": "packed", "vector_width": 1}}, "schedule", "packed"),
+    ({"schedule": Schedule(parallel="sideways")}, "schedule", "parallel='sideways' is not legal"),
+    ({"schedule": "{not json"}, "schedule", "not valid JSON"),
+    ({"schedule": 42}, "schedule", "a dict of schedule knobs"),
+    ({"dump": 3}, "dump", "a directory path"),
+    ({"passes": "cse"}, "passes", "a list of graph passes"),
+    ({"passes": ["cse", "nosuch"]}, "passes", "unknown pass 'nosuch'"),
+    ({"passes": [3]}, "passes", "a list of graph passes"),
+    ({"threads": 2}, "threads", "no such option; target 'numpy' accepts no options"),
+])
+def test_bad_options_name_the_option(options, option, allowed):
+    with pytest.raises(InvalidOptionError) as info:
+        cortex.compile(lstm(), target="numpy", **options)
+    assert info.value.option == option and info.value.target == "numpy"
+    assert allowed in str(info.value)
+    assert str(info.value).startswith(f"invalid option for target 'numpy': {option}=")
+
+
+def test_options_are_checked_before_any_work(monkeypatch):
+    def no_trace(model):
+        raise AssertionError("traced before the options were checked")
+
+    monkeypatch.setattr("cortex.core.trace.trace", no_trace)
+    with pytest.raises(InvalidOptionError, match="dtype"):
+        cortex.compile(lstm(), target="numpy", dtype="half")
+
+
+def test_float64_on_a_target_without_fp64_is_an_option_error():
+    from dataclasses import replace
+
+    from cortex.core.backend import Backend
+    from cortex.core.targets import Target
+    from cortex.plugins.numpy_ref import backend as nb
+
+    def no_fp64(options):
+        b = nb.create_backend(options)
+        return Backend(replace(b.capabilities, supports_fp64=False), b.renderer, b.compiler, b.runtime)
+
+    target = Target(name="nofp64", description="test", backend=no_fp64)
+    with pytest.raises(InvalidOptionError, match="dtype='float64'.*does not support float64"):
+        pipeline.build(lstm(), target, {}, pipeline.CompileOptions(dtype="float64"))
+
+
+def test_a_non_model_is_a_type_error():
+    with pytest.raises(TypeError, match="cortex.compile takes a cortex model.*not object"):
+        cortex.compile(object(), target="numpy")
+
+
+def test_structures_that_do_not_fit_fail_in_the_linearizer_before_running(monkeypatch):
+    from cortex.plugins.numpy_ref.backend import InterpreterRuntime
+
+    exe = cortex.compile(lstm(), target="numpy")
+    monkeypatch.setattr(InterpreterRuntime, "launch", lambda *a, **k: pytest.fail("ran"))
+    with pytest.raises(ArityError, match="has 3 children; the model needs exactly 2"):
+        exe([(1, 2, 3)])
+    with pytest.raises(TokenError, match="10"):
+        exe([(1, 10)])
+    assert isinstance(ArityError("x"), ValueError) and exe.calls == 0
+
+
+def test_shared_option_helpers():
+    assert pipeline.split_options({"dtype": "float32", "threads": 2}) == (
+        {"dtype": "float32"}, {"threads": 2})
+    opts = pipeline.compile_options("t", {"dtype": "float64", "passes": ["cse"], "dump": "x"})
+    assert opts.dtype == "float64" and opts.passes[0].__name__ == "cse" and str(opts.dump) == "x"
+    assert pipeline.compile_options("t", {}) == pipeline.CompileOptions()
+    s = Schedule(unroll=2)
+    assert pipeline.neutral_schedule(s) == Schedule()
+    space = ScheduleSpace(CAPABILITIES, "float32")
+    assert pipeline.resolve_schedule("t", space, None) == space.default()
+    assert pipeline.resolve_schedule("t", space, {"unroll": 8}).unroll == 8
