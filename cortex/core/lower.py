@@ -1,0 +1,307 @@
+"""Recursion lowering: RecursiveGraph + Schedule -> a scheduled, verified LoopProgram.
+
+Pipeline position: after the graph passes, before code generation. ``cortex.compile`` calls
+:func:`lower` with the passed graph, the schedule and the target's capabilities; backends render
+``Lowered.program`` and use ``prepare_params`` / ``bind_batch`` / ``states`` to move data in and
+out. The numpy target runs it on ``cortex.core.interpret``.
+
+What it produces (the paper's ILIR; see ``docs/lowering.md``):
+
+* **Buffers** — one ``param`` buffer per param / derived param the graph reads (names made
+  identifiers: ``stack[W_i,W_o]`` -> ``W_stack``; ``Lowered.param_names`` maps them), the
+  per-node inputs (``word_ids`` int32 [N] or ``features`` [N, F]), the linearizer's index arrays
+  with their value-range facts (``level_offsets``, ``child_offsets``, ``child_ids`` and, for
+  fixed arity k, ``child_table`` [N, k]), one ``output`` buffer per state ``[N, *shape]`` and the
+  ``temp`` buffers of materialized intermediates. Sizes ``N``, ``E``, ``L``, ``NL``.
+* **Host structure** — leaves first (nodes ``0..NL``, the leaf case, its own loop nest: leaf
+  specialization), then levels ``1..L-1`` (the internal case over
+  ``level_offsets[l]..level_offsets[l+1]``: level batching). Without leaf specialization one node
+  loop runs every level ``0..L-1`` with a per-node branch on the node's child count.
+  ``kernel_form="per_level"``: a host loop launches one kernel per level; ``"single"``: one
+  kernel holds the level loop (with a grid barrier between levels on a grid target).
+* **Per node** — ``cortex.core.lower_case``: fused loop nests (GEMV + bias + epilogue), indirect
+  child access, child reductions over CSR ranges.
+* **Schedule** — ``cortex.core.lower_schedule`` applies the knobs with the schedule primitives.
+  Knobs that do not apply are no-ops, recorded in ``Lowered.notes``.
+
+The result is verified (``loopir_verify.verify`` with the target's capabilities): every index is
+proved within its buffer given the linearizer's guarantees, which :meth:`Lowered.bind_batch`
+re-checks for the facts the model adds (arity, token ids within the vocabulary).
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import numpy as np
+
+from cortex.core import loopir as ir
+from cortex.core.capabilities import Capabilities
+from cortex.core.graph import RecursiveGraph, verify as verify_graph
+from cortex.core.loop_transforms import physical_arrays
+from cortex.core.loopir import Const, Load, Var
+from cortex.core.loopir_verify import verify
+from cortex.core.lower_case import CaseLowering, LowerContext, LoweringError, NameGen
+from cortex.core.lower_schedule import apply_schedule
+from cortex.core.params import bind_params
+from cortex.core.schedule import Schedule
+from cortex.core.structure import INDEX_DTYPE, LinearizedBatch
+
+__all__ = ["Lowered", "lower", "LoweringError", "BatchMismatchError"]
+
+_C_RESERVED = set(keyword.kwlist) | {
+    "int", "float", "double", "char", "void", "const", "restrict", "return", "if", "else", "for",
+    "while", "do", "switch", "case", "default", "break", "continue", "struct", "union", "long",
+    "short", "unsigned", "signed", "static", "extern", "sizeof", "typedef", "goto", "volatile",
+    "inline", "auto", "register", "enum", "bool", "half", "kernel", "global", "local", "shared",
+    "private", "constant", "main", "exp", "log", "tanh", "sqrt", "fabs", "fmax", "fmin", "fma",
+}
+INDEX_BUFFERS = ("level_offsets", "child_offsets", "child_ids", "child_table", "word_ids", "features")
+SIZE_NAMES = ("N", "E", "L", "NL")
+
+
+class BatchMismatchError(ValueError):
+    """A LinearizedBatch does not fit the lowered model (arity, token ids, features)."""
+
+
+@dataclass(frozen=True)
+class Lowered:
+    graph: RecursiveGraph  # the graph that was lowered (after graph passes)
+    program: ir.Program  # the scheduled LoopProgram (verified)
+    schedule: Schedule
+    dtype: str  # "float32" | "float64": the compute/storage float type
+    param_names: tuple[tuple[str, str], ...] = ()  # graph param name -> buffer name
+    state_names: tuple[tuple[str, str], ...] = ()  # state name -> output buffer name
+    notes: tuple[str, ...] = field(default=())  # schedule decisions: applied / ignored and why
+
+    def prepare_params(self, params: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Once per executable: the model's params (+ derived params via params.bind_params),
+        cast to dtype, in the schedule's weight layouts, keyed by program buffer name."""
+        table = bind_params(self.graph, params, dtype=np.float64)
+        dt = np.dtype(self.dtype)
+        logical = {buf: np.ascontiguousarray(table[name], dtype=dt) for name, buf in self.param_names}
+        return physical_arrays(self.program, logical)
+
+    def bind_batch(self, batch: LinearizedBatch) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+        """Per call: index/input buffers from the batch (int32) and the size symbols
+        (N, E, L, NL). Output/state buffers are NOT included (the runtime allocates them
+        from program.buffers + sizes)."""
+        return _bind_batch(self, batch)
+
+    def states(self, buffers: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The model's per-node states from the program's output buffers: {state: [N, *shape]}."""
+        return {s: buffers[buf] for s, buf in self.state_names}
+
+
+def lower(graph: RecursiveGraph, schedule: Schedule, capabilities: Capabilities,
+          dtype: str = "float32") -> Lowered:
+    """Lower ``graph`` under ``schedule`` for a target with ``capabilities``; verified."""
+    if dtype not in ir.FLOAT_DTYPES:
+        raise LoweringError(f"dtype must be 'float32' or 'float64', got {dtype!r}")
+    if not isinstance(schedule, Schedule):
+        raise TypeError(f"schedule must be a cortex.core.schedule.Schedule, got {type(schedule).__name__}")
+    verify_graph(graph)
+    caps = capabilities
+    names = NameGen(set(SIZE_NAMES) | set(INDEX_BUFFERS) | _C_RESERVED | {"l", "lh", "u", "v"})
+    state_buf = {s.name: _ident(names, s.name) for s in graph.states}
+    used_params = _used_params(graph)
+    derived = {d.name: d for d in graph.derived}
+    param_buf = {p: _ident(names, _param_base(p, derived)) for p in used_params}
+    input_buf = {}
+    for inp in graph.node_inputs:
+        input_buf[inp.name] = "word_ids" if inp.kind == "word" else "features"
+    if len([i for i in graph.node_inputs if i.kind == "features"]) > 1 or len(
+        [i for i in graph.node_inputs if i.kind == "word"]) > 1:
+        raise LoweringError(f"graph {graph.name!r}: at most one word input and one feature input are supported")
+    ctx = LowerContext(
+        graph=graph, dtype=dtype, names=names, param_buf=param_buf, state_buf=state_buf,
+        input_buf=input_buf, fuse=schedule.fuse,
+        group_barrier=caps.has_grid and caps.group_barrier,
+    )
+    leaf = CaseLowering(ctx, graph.case("leaf"), "l")
+    internal = CaseLowering(ctx, graph.case("internal"), "n")
+
+    N, L, NL = Var("N"), Var("L"), Var("NL")
+    lvl = Var("l")
+
+    def node_range(level: ir.Expr) -> tuple[ir.Expr, ir.Expr]:
+        return Load("level_offsets", (level,)), Load("level_offsets", (level + 1,))
+
+    u, v = Var("u"), Var("v")
+    if schedule.leaf_specialization:
+        leaf_loop: ir.Stmt | None = ir.For("u", 0, NL, leaf.emit(u))
+        first = 1
+
+        def level_body(level: ir.Expr) -> ir.Stmt:
+            lo, hi = node_range(level)
+            return ir.For("v", lo, hi, internal.emit(v))
+    else:
+        leaf_loop = None
+        first = 0
+        leaf_body = leaf.emit(v)
+        internal_body = internal.emit(v)
+
+        def level_body(level: ir.Expr) -> ir.Stmt:
+            lo, hi = node_range(level)
+            is_leaf = ir.eq(Load("child_offsets", (v + 1,)), Load("child_offsets", (v,)))
+            return ir.For("v", lo, hi, ir.If(is_leaf, leaf_body, internal_body))
+
+    grid = caps.has_grid
+    notes: list[str] = []
+    form = schedule.kernel_form
+    if form == "single" and grid and not caps.grid_barrier:
+        notes.append("kernel_form=single needs a grid barrier this target lacks: used per_level")
+        form = "per_level"
+    if form == "single":
+        parts: list[ir.Stmt] = []
+        if leaf_loop is not None:
+            parts.append(leaf_loop)
+            if grid:
+                parts.append(ir.Barrier("grid"))
+        level_parts = [level_body(lvl)] + ([ir.Barrier("grid")] if grid else [])
+        parts.append(ir.For("l", first, L, ir.seq(*level_parts)))
+        kernels: tuple[ir.Kernel, ...] = (ir.Kernel("main", (), ir.seq(*parts)),)
+        host: tuple = (ir.Launch("main"),)
+    else:
+        kernels = (ir.Kernel("level", ("l",), level_body(lvl)),)
+        host = (ir.HostFor("lh", first, L, (ir.Launch("level", (Var("lh"),)),)),)
+        if leaf_loop is not None:
+            kernels = (ir.Kernel("leaves", (), leaf_loop),) + kernels
+            host = (ir.Launch("leaves"),) + host
+
+    sizes = (ir.Size("N"), ir.Size("E"), ir.Size("L"), ir.Size("NL", hi=N))
+    buffers = _index_buffers(graph, dtype) + tuple(
+        ir.Buffer(param_buf[p], dtype, _param_shape(graph, p), "param") for p in used_params
+    ) + tuple(
+        ir.Buffer(state_buf[s.name], dtype, (N,) + s.shape, "output") for s in graph.states
+    ) + tuple(ctx.temps)
+    program = ir.Program(_ident(NameGen(set()), graph.name.lower()), sizes, buffers, kernels, host)
+    program = ir.simplify(program)  # type: ignore[assignment]
+    program, sched_notes = apply_schedule(program, schedule, caps, ctx)
+    notes.extend(sched_notes)
+    verify(program, caps)
+    return Lowered(
+        graph=graph, program=program, schedule=schedule, dtype=dtype,
+        param_names=tuple((p, param_buf[p]) for p in used_params),
+        state_names=tuple((s.name, state_buf[s.name]) for s in graph.states),
+        notes=tuple(notes),
+    )
+
+
+# ---------------------------------------------------------------------------------- helpers
+
+
+def _ident(names: NameGen, raw: str) -> str:
+    """A C identifier for a graph name (params may be 'stack[W_i,W_o]'), unique in the program."""
+    base = re.sub(r"[^0-9A-Za-z_]+", "_", raw).strip("_") or "p"
+    if base[0].isdigit():
+        base = "p_" + base
+    return names.fresh(base)
+
+
+def _param_base(name: str, derived: dict) -> str:
+    """A short readable name: derived params are named after their first argument's stem and
+    recipe (``stack[U_i,U_o,U_u]`` -> ``U_stack``, ``embed_linear[E,...]`` -> ``E_proj``)."""
+    d = derived.get(name)
+    if d is None:
+        return name
+    stem = _param_base(d.args[0], derived).split("_")[0]
+    return f"{stem}_{'stack' if d.recipe == 'concat0' else 'proj'}"
+
+
+def _used_params(graph: RecursiveGraph) -> list[str]:
+    seen: list[str] = []
+    for case in graph.cases:
+        for v in case.values:
+            if v.op == "param" and v.attr("name") not in seen:
+                seen.append(v.attr("name"))
+    return seen
+
+
+def _param_shape(graph: RecursiveGraph, name: str) -> tuple[int, ...]:
+    return graph.param_specs()[name].shape
+
+
+def _index_buffers(graph: RecursiveGraph, dtype: str) -> tuple[ir.Buffer, ...]:
+    N, L, E = Var("N"), Var("L"), Var("E")
+    out = [
+        ir.Buffer("level_offsets", "int32", (L + 1,), "index", (Const(0), N), monotone=True),
+        ir.Buffer("child_offsets", "int32", (N + 1,), "index", (Const(0), E), monotone=True),
+        ir.Buffer("child_ids", "int32", (E,), "index", (Const(0), N - 1)),
+    ]
+    if graph.arity is not None:
+        out.append(ir.Buffer("child_table", "int32", (N, graph.arity), "index", (Const(-1), N - 1)))
+    for inp in graph.node_inputs:
+        if inp.kind == "word":
+            out.append(ir.Buffer("word_ids", "int32", (N,), "index", (Const(-1), Const(int(inp.vocab) - 1))))
+        else:
+            out.append(ir.Buffer("features", dtype, (N, inp.shape[0]), "input"))
+    return tuple(out)
+
+
+def _reads_input(graph: RecursiveGraph, case: str, name: str) -> bool:
+    return any(v.op == "input" and v.attr("name") == name for v in graph.case(case).values)
+
+
+def _bind_batch(low: Lowered, batch: LinearizedBatch) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+    g = low.graph
+    if not isinstance(batch, LinearizedBatch):
+        raise TypeError(f"bind_batch needs a LinearizedBatch, got {type(batch).__name__}")
+    n = int(batch.num_nodes)
+    nl = batch.num_leaves
+    e = len(batch.child_ids)
+    arity = np.diff(np.asarray(batch.child_offsets, dtype=np.int64))
+    if g.arity is not None:
+        bad = np.nonzero(arity[nl:] != g.arity)[0]
+        if len(bad):
+            node = nl + int(bad[0])
+            raise BatchMismatchError(
+                f"model {g.name!r} has fixed arity {g.arity}, but internal node {node} has "
+                f"{int(arity[node])} children; linearize with arity={g.arity}"
+            )
+    bufs: dict[str, np.ndarray] = {
+        "level_offsets": np.ascontiguousarray(batch.level_offsets, dtype=INDEX_DTYPE),
+        "child_offsets": np.ascontiguousarray(batch.child_offsets, dtype=INDEX_DTYPE),
+        # E may be 0 (only leaves): keep one padding entry so no buffer is empty
+        "child_ids": np.ascontiguousarray(batch.child_ids, dtype=INDEX_DTYPE) if e
+        else np.zeros(1, dtype=INDEX_DTYPE),
+    }
+    if g.arity is not None:
+        table = np.full((n, g.arity), -1, dtype=INDEX_DTYPE)
+        k = min(g.arity, batch.max_arity)
+        table[:, :k] = batch.child_table[:, :k]
+        bufs["child_table"] = table
+    for inp in g.node_inputs:
+        if inp.kind == "word":
+            if batch.word_ids is None:
+                raise BatchMismatchError(f"model {g.name!r} reads token ids ({inp.name!r}) but the batch has none")
+            ids = np.ascontiguousarray(batch.word_ids, dtype=INDEX_DTYPE)
+            ranges = []
+            if _reads_input(g, "leaf", inp.name):
+                ranges.append((0, nl))
+            if _reads_input(g, "internal", inp.name):
+                ranges.append((nl, n))
+            for lo, hi in ranges:
+                part = ids[lo:hi]
+                badw = np.nonzero((part < 0) | (part >= inp.vocab))[0]
+                if len(badw):
+                    node = lo + int(badw[0])
+                    raise BatchMismatchError(
+                        f"model {g.name!r}: node {node} needs a token id in [0, {inp.vocab}) for "
+                        f"{inp.name!r} but has {int(ids[node])}"
+                    )
+            bufs["word_ids"] = ids
+        else:
+            if batch.features is None:
+                raise BatchMismatchError(f"model {g.name!r} reads features ({inp.name!r}) but the batch has none")
+            f = np.asarray(batch.features)
+            if f.shape != (n,) + inp.shape:
+                raise BatchMismatchError(
+                    f"model {g.name!r}: features are {list(f.shape)}, expected [{n}, {inp.shape[0]}]"
+                )
+            bufs["features"] = np.ascontiguousarray(f, dtype=np.dtype(low.dtype))
+    sizes = {"N": n, "E": max(e, 1), "L": batch.num_levels, "NL": nl}
+    return bufs, sizes

@@ -1,0 +1,147 @@
+"""Applying a Schedule's knobs to a freshly lowered LoopProgram.
+
+Pipeline position: the last step of :func:`cortex.core.lower.lower`. The recursion lowering
+builds every loop serial and records which loops are the node loops (``u``, ``v``), the
+outermost tensor-dimension loop of each nest (the "hidden" loops), the GEMV reductions and the
+weight buffers; this module reshapes them with the pure primitives of
+``cortex.core.loop_transforms``:
+
+=====================  =====================================================================
+``weight_layout``      ``change_layout`` on every 2-D GEMV weight (packed: blocks of
+                       ``vector_width`` rows; a weight whose rows do not divide is left alone)
+``unroll``             ``unroll_reduce`` on every GEMV reduction whose trip count it divides
+``tile_hidden``        ``split`` of each hidden loop longer than the tile
+``vector_width``       the innermost hidden part becomes a ``vectorized`` loop of that width
+``parallel``           nodes / hidden / both -> ``parallel`` (CPU) or ``gpu_group`` (nodes) and
+                       ``gpu_thread`` (hidden) on a grid target
+``persistent``         grid targets with enough shared memory: ``cache`` of the weights in
+                       shared memory at kernel start; elsewhere a no-op (noted)
+``threads``            ``Kernel.threads_per_group`` on a grid target; CPU: the runtime's
+                       thread count (noted, no program change)
+=====================  =====================================================================
+
+``kernel_form``, ``leaf_specialization`` and ``fuse`` shape the program while it is built
+(``lower`` / ``lower_case``). Knobs that cannot apply are no-ops and say so in the notes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from cortex.core import loop_transforms as lt
+from cortex.core import loopir as ir
+from cortex.core.capabilities import Capabilities
+from cortex.core.schedule import Schedule
+
+if TYPE_CHECKING:
+    from cortex.core.lower_case import LowerContext
+
+
+def _itemsize(dtype: str) -> int:
+    return 4 if dtype == "float32" else 8
+
+
+def apply_schedule(program: ir.Program, s: Schedule, caps: Capabilities,
+                   ctx: "LowerContext") -> tuple[ir.Program, list[str]]:
+    notes: list[str] = []
+    names = ctx.names
+    grid = caps.has_grid
+
+    # weight layouts
+    if s.weight_layout != "row_major":
+        changed, skipped = [], []
+        for w in sorted(ctx.weights):
+            b = program.buffer(w)
+            rows = ir.const_int(b.shape[0])
+            if s.weight_layout == "packed":
+                if rows is None or rows % s.vector_width:
+                    skipped.append(w)
+                    continue
+                program = lt.change_layout(program, w, "packed", s.vector_width)
+            else:
+                program = lt.change_layout(program, w, s.weight_layout)
+            changed.append(w)
+        notes.append(f"weight_layout={s.weight_layout}: applied to {changed or 'no weights'}"
+                     + (f"; left row-major (rows not a multiple of {s.vector_width}): {skipped}" if skipped else ""))
+
+    # reduction unrolling
+    if s.unroll > 1:
+        done, skipped = [], []
+        for k, trip in ctx.gemv_reduces:
+            if trip % s.unroll == 0:
+                program = lt.unroll_reduce(program, k, s.unroll)
+                done.append(k)
+            else:
+                skipped.append(k)
+        notes.append(f"unroll={s.unroll}: {len(done)} GEMV reductions unrolled"
+                     + (f", {len(skipped)} left (trip count not a multiple)" if skipped else ""))
+
+    # hidden loops: tile, vectorize, parallel
+    hidden_kind = "gpu_thread" if grid else "parallel"
+    node_kind = "gpu_group" if grid else "parallel"
+    par_hidden = s.parallel in ("hidden", "both")
+    par_nodes = s.parallel in ("nodes", "both")
+    tiled = vec = 0
+    for j, extent in ctx.hidden_loops:
+        outer, target, target_extent = j, j, extent
+        if s.tile_hidden and extent > s.tile_hidden:
+            jo, jt = names.fresh(f"{j}o"), names.fresh(f"{j}t")
+            program = lt.split(program, j, s.tile_hidden, outer=jo, inner=jt)
+            outer, target, target_extent = jo, jt, s.tile_hidden
+            tiled += 1
+        if s.vector_width > 1 and target_extent >= s.vector_width:
+            if target_extent == s.vector_width:
+                program = lt.annotate(program, target, "vectorized")
+            else:
+                vo, vi = names.fresh(f"{j}w"), names.fresh(f"{j}v")
+                program = lt.split(program, target, s.vector_width, outer=vo, inner=vi, inner_kind="vectorized")
+                if outer == target:
+                    outer = vo
+            vec += 1
+            if outer == target:  # the whole loop is the vector: nothing left to run in parallel
+                continue
+        if par_hidden:
+            program = lt.annotate(program, outer, hidden_kind)
+    if s.tile_hidden:
+        notes.append(f"tile_hidden={s.tile_hidden}: {tiled} of {len(ctx.hidden_loops)} hidden loops split")
+    if s.vector_width > 1:
+        notes.append(f"vector_width={s.vector_width}: {vec} of {len(ctx.hidden_loops)} hidden loops vectorized")
+    if par_nodes:
+        for k in program.kernels:
+            for n in ir.walk(k.body):
+                if isinstance(n, ir.For) and n.var in ("u", "v"):
+                    program = lt.annotate(program, n.var, node_kind)
+    notes.append(f"parallel={s.parallel}: nodes -> {node_kind if par_nodes else 'serial'}, "
+                 f"hidden -> {hidden_kind if par_hidden else 'serial'}")
+
+    # persistence
+    if s.persistent:
+        nbytes = sum(_nbytes(program.buffer(w)) for w in ctx.weights)
+        if grid and ctx.weights and 0 < nbytes <= caps.shared_memory_bytes and s.kernel_form == "single":
+            for w in sorted(ctx.weights):
+                program = lt.cache(program, w, "shared")
+            notes.append(f"persistent: {sorted(ctx.weights)} ({nbytes} bytes) cached in shared memory")
+        elif grid:
+            notes.append(f"persistent ignored: weights need {nbytes} bytes of shared memory, "
+                         f"target has {caps.shared_memory_bytes} per group (or kernel_form is per_level)")
+        else:
+            notes.append("persistent: CPU caches keep the weights resident; no program change")
+
+    # threads
+    if grid:
+        program = replace(program, kernels=tuple(replace(k, threads_per_group=s.threads) for k in program.kernels))
+        notes.append(f"threads={s.threads} per group")
+    else:
+        notes.append(f"threads={s.threads}: CPU worker threads (runtime setting)")
+    return program, notes
+
+
+def _nbytes(b: ir.Buffer) -> int:
+    n = _itemsize(b.dtype)
+    for d in b.shape:
+        c = ir.const_int(d)
+        if c is None:
+            return 0
+        n *= c
+    return n
