@@ -1,7 +1,8 @@
 """Built-in plugin: the ``opencl`` target — OpenCL C through pyopencl, on any OpenCL device.
 
-Pipeline position: codegen + runtime for OpenCL devices (PoCL's CPU device in CI).
-Registration only so far; the code generator arrives with its own issue.
+Pipeline position: codegen + runtime for OpenCL devices (PoCL's CPU device in CI): ``target``
+(options, availability), ``device`` (selection, capabilities), ``forms`` (execution shapes),
+``compiler`` (render + build), ``runtime`` (buffers, launches), ``backend`` (the bundle).
 """
 
 from __future__ import annotations

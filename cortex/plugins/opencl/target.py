@@ -13,7 +13,6 @@ from typing import Any, Mapping
 
 from cortex.core import hostinfo
 from cortex.core.backend import Backend
-from cortex.core.errors import NotYetImplementedError
 from cortex.core.targets import Availability, Target, TargetOption
 
 PACKAGE = "pyopencl"  # the Python package code generation needs
@@ -22,20 +21,24 @@ DEVICE_FIX = (
     "install your device's OpenCL driver (ICD), or `pip install pocl-binary-distribution` "
     "for a CPU device"
 )
-_DEVICE = re.compile(r"^(|cpu|gpu|accelerator|\d+:\d+)$")
+_DEVICE = re.compile(r"^(|cpu|gpu|accelerator|\d+:\d+|name:.+)$")
 
 
 def _device_problem(value: str) -> str | None:
-    return None if _DEVICE.match(value) else "not a device type or a 'platform:device' index"
+    return None if _DEVICE.match(value) else "not a device type, a 'platform:device' index or 'name:TEXT'"
 
 
 OPTIONS = (
     TargetOption("device", str, "", "which OpenCL device runs the code",
                  check=_device_problem,
-                 allowed="'' (the first device), 'cpu', 'gpu', 'accelerator', or 'P:D' "
-                         "(platform and device index, e.g. '0:1')"),
+                 allowed="'' (PYOPENCL_CTX if set, else the first device), 'cpu', 'gpu', "
+                         "'accelerator', 'P:D' (platform and device index, e.g. '0:1'), or "
+                         "'name:TEXT' (the first device whose name contains TEXT)"),
     TargetOption("work_group_size", int, 0, "work-items per group; 0 lets the scheduler pick",
                  minimum=0, maximum=4096, allowed="an integer from 0 to 4096 (0 = automatic)"),
+    TargetOption("form", str, "auto", "execution shape: one launch per level, or every level in "
+                 "one single-work-group launch; 'auto' picks per call by input size",
+                 choices=("auto", "per_level", "single_group")),
 )
 
 
@@ -66,10 +69,9 @@ def environment_info() -> dict[str, str]:
 
 
 def create_backend(options: Mapping[str, Any]) -> Backend:
-    raise NotYetImplementedError(
-        "code generation for target 'opencl' arrives with the OpenCL backend issue "
-        "(cortex/plugins/opencl); the target is registered so it can be listed and resolved"
-    )
+    from cortex.plugins.opencl.backend import create_backend as create
+
+    return create(options)
 
 
 def make_target() -> Target:

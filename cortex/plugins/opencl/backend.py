@@ -1,0 +1,22 @@
+"""The ``opencl`` backend: device, capabilities, renderer, compiler and runtime, bundled.
+
+Pipeline position: ``cortex.compile(model, target="opencl", ...)`` calls
+:func:`create_backend` with the target's resolved options (``device``, ``work_group_size``,
+``form``); the scheduler reads the capabilities of the chosen device, the renderer emits
+OpenCL C through the core's C-family renderer, the compiler builds it with pyopencl (cached),
+and the runtime runs it (see ``runtime`` for buffers and launches).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from cortex.core.backend import Backend
+from cortex.plugins.opencl.compiler import OpenCLCompiler, OpenCLRenderer
+from cortex.plugins.opencl.device import capabilities, device_for
+from cortex.plugins.opencl.runtime import OpenCLRuntime
+
+
+def create_backend(options: Mapping[str, Any]) -> Backend:
+    device = device_for(str(options.get("device", "")))
+    return Backend(capabilities(device.info), OpenCLRenderer(), OpenCLCompiler(device), OpenCLRuntime(device))

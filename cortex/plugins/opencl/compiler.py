@@ -1,0 +1,142 @@
+"""OpenCL C rendering and building: LoopProgram -> OpenCL C (core renderer) -> cl.Program.
+
+Pipeline position: the codegen and compile stages of the ``opencl`` backend.
+
+* :class:`OpenCLRenderer` adds the single-work-group kernel (``forms.with_single_group``) to
+  the scheduled per-level program and renders both with the core's C-family renderer in the
+  ``opencl`` dialect (``cortex.core.render_c``; no renderer of its own). The result is an
+  :class:`OpenCLSource`: the OpenCL C text (what ``dump=`` writes and the cache key hashes)
+  carrying the program it came from, which the runtime needs for its host steps.
+* :class:`OpenCLCompiler` builds it with pyopencl for the chosen device, once per cache key
+  (an in-process cache; pyopencl and the driver also keep binaries on disk). A build failure
+  raises :class:`OpenCLBuildError` with the driver's build log and the path of the generated
+  source, written to a temporary file so it can be opened next to the log.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from importlib import metadata
+from typing import Any, Mapping
+
+from cortex.core import loopir as ir
+from cortex.core.backend import Compiler, Renderer, Source
+from cortex.core.errors import CortexError
+from cortex.core.loopir_verify import verify
+from cortex.core.render_c import render
+from cortex.plugins.opencl import forms
+from cortex.plugins.opencl.device import Device
+from cortex.plugins.opencl.runtime import FORMS, CompiledProgram
+
+#: Changes whenever the generated code or build flags change for the same program.
+CODEGEN_REVISION = "1"
+BUILD_OPTIONS: tuple[str, ...] = ()
+
+
+class OpenCLBuildError(CortexError, RuntimeError):
+    """The OpenCL compiler rejected the generated source (the message has the build log)."""
+
+    def __init__(self, message: str, log: str, source_path: str) -> None:
+        self.log, self.source_path = log, source_path
+        super().__init__(message)
+
+
+class OpenCLSource(str):
+    """OpenCL C text that carries the program it was rendered from."""
+
+    program: ir.Program
+
+    def __new__(cls, text: str, program: ir.Program) -> "OpenCLSource":
+        out = super().__new__(cls, text)
+        out.program = program
+        return out
+
+
+def add_single_group(program: ir.Program) -> ir.Program:
+    """``program`` with its single-work-group kernel when one can be derived and verified
+    (a program that needs a grid barrier must have it: then failure is an error)."""
+    try:
+        out = forms.with_single_group(program)
+        single = ir.Program(program.name, program.sizes, program.buffers,
+                            (out.kernel(forms.SINGLE_KERNEL),), (ir.Launch(forms.SINGLE_KERNEL),))
+        verify(single)
+        return out
+    except (ValueError, ir.LoopIRError):
+        if forms.needs_single_group(program):
+            raise
+        return program
+
+
+class OpenCLRenderer(Renderer):
+    """Scheduled LoopProgram -> :class:`OpenCLSource` (per-level kernels + single-group kernel)."""
+
+    def render(self, program: Any) -> Source:
+        if not isinstance(program, ir.Program):
+            raise TypeError(f"the opencl renderer takes a LoopProgram, not {type(program).__name__}")
+        full = add_single_group(program)
+        if forms.needs_single_group(program):  # its kernels' grid barriers are unusable here
+            full = ir.Program(program.name, program.sizes, program.buffers,
+                              (full.kernel(forms.SINGLE_KERNEL),), ())
+        return OpenCLSource(render(full, "opencl"), full)
+
+
+def write_source(text: str, name: str) -> str:
+    """Write ``text`` to a new temporary ``.cl`` file and return its path."""
+    with tempfile.NamedTemporaryFile("w", suffix=".cl", prefix=f"cortex_{name}_", delete=False) as f:
+        f.write(text)
+        return f.name
+
+
+class OpenCLCompiler(Compiler):
+    """Builds an :class:`OpenCLSource` for one device; artifacts are :class:`CompiledProgram`."""
+
+    def __init__(self, device: Device) -> None:
+        self.device = device
+        try:
+            version = metadata.version("pyopencl")
+        except metadata.PackageNotFoundError:
+            version = "?"
+        info = device.info
+        self.identity = f"cortex-opencl {CODEGEN_REVISION}; pyopencl {version}; {info.label}; {info.driver}"
+        self._built: dict[str, Any] = {}
+
+    def build(self, text: str, name: str) -> Any:
+        """The ``cl.Program`` for ``text`` (built once per text in this process)."""
+        import pyopencl as cl
+
+        found = self._built.get(text)
+        if found is not None:
+            return found
+        try:
+            built = cl.Program(self.device.context, text).build(options=list(BUILD_OPTIONS))
+        except Exception as exc:  # cl.RuntimeError (build failure) or LogicError
+            path = write_source(text, name)
+            log = _build_log(exc)
+            raise OpenCLBuildError(
+                f"the OpenCL compiler of {self.device.info.label} rejected the generated source "
+                f"for {name!r} (saved at {path}); build log:\n{log}", log, path) from None
+        self._built[text] = built
+        return built
+
+    def compile(self, source: Source, options: Mapping[str, Any]) -> CompiledProgram:
+        program = getattr(source, "program", None)
+        if not isinstance(program, ir.Program):
+            raise TypeError("the opencl compiler takes what the opencl renderer returns "
+                            "(an OpenCLSource), not plain text")
+        form = str(options.get("form", "auto"))
+        if form not in FORMS:
+            raise ValueError(f"form must be one of {FORMS}, got {form!r}")
+        built = self.build(str(source), program.name)
+        return CompiledProgram(program, built, self.device,
+                               work_group_size=int(options.get("work_group_size", 0) or 0), form=form)
+
+
+def _build_log(exc: Exception) -> str:
+    logs = []
+    for item in getattr(exc, "build_logs", None) or []:  # pyopencl: [(device, log), ...]
+        try:
+            logs.append(str(item[1]).strip())
+        except Exception:
+            pass
+    text = "\n".join(x for x in logs if x)
+    return text or str(exc).strip()

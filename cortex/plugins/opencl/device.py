@@ -1,0 +1,225 @@
+"""OpenCL device selection and the :class:`Capabilities` a device reports.
+
+Pipeline position: the first thing the ``opencl`` backend does (``create_backend``): pick a
+device from the target's ``device`` option (or ``PYOPENCL_CTX`` when the option is empty),
+create one context and one in-order queue for it, and describe the device to the scheduler.
+
+Device selection, in order:
+
+* ``device='P:D'`` — platform index P, device index D (as ``clinfo -l`` numbers them);
+* ``device='cpu' | 'gpu' | 'accelerator'`` — the first device of that type;
+* ``device='name:TEXT'`` — the first device whose "platform: device" name contains TEXT
+  (case-insensitive);
+* ``device=''`` — ``PYOPENCL_CTX`` when it is set (pyopencl's own convention, e.g. ``0:1``),
+  otherwise the first device of the first platform.
+
+Errors are :class:`OpenCLDeviceError` (a ``TargetNotRunnableError``) with the list of devices
+that do exist.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from cortex.core.capabilities import Capabilities
+from cortex.core.errors import TargetNotRunnableError
+
+DEVICE_FIX = (
+    "install your device's OpenCL driver (ICD), or `pip install pocl-binary-distribution` "
+    "for a CPU device"
+)
+
+
+class OpenCLDeviceError(TargetNotRunnableError):
+    """No OpenCL platform, or no device matches the ``device`` option / ``PYOPENCL_CTX``."""
+
+    def __init__(self, reason: str, fix: str = DEVICE_FIX):
+        super().__init__("opencl", reason, fix)
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """The facts about the chosen device that code generation and launches depend on."""
+
+    platform: str
+    name: str
+    kind: str  # "CPU", "GPU", "ACCELERATOR" or "other"
+    compute_units: int
+    max_work_group_size: int
+    local_mem_bytes: int
+    local_mem_is_global: bool  # CPU devices emulate __local in ordinary memory
+    max_alloc_bytes: int
+    global_mem_bytes: int
+    base_align_bytes: int  # sub-buffer origins must be multiples of this
+    cache_bytes: int
+    native_float_lanes: int
+    fp64: bool
+    driver: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.platform}: {self.name} ({self.kind})"
+
+
+def _kind(cl: Any, device: Any) -> str:
+    words = [w for w in ("CPU", "GPU", "ACCELERATOR") if device.type & getattr(cl.device_type, w)]
+    return "/".join(words) or "other"
+
+
+def _platforms(cl: Any) -> list[Any]:
+    try:
+        platforms = cl.get_platforms()
+    except Exception as exc:  # pyopencl raises LogicError/RuntimeError without an ICD
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise OpenCLDeviceError(f"no OpenCL platform found ({text})") from None
+    if not platforms:
+        raise OpenCLDeviceError("no OpenCL platform found")
+    return platforms
+
+
+def list_devices() -> list[tuple[str, Any]]:
+    """``[("P:D platform: device (TYPE)", device), ...]`` for every device pyopencl sees."""
+    import pyopencl as cl
+
+    out = []
+    for p, plat in enumerate(_platforms(cl)):
+        try:
+            devices = plat.get_devices()
+        except Exception:  # a platform without devices raises DEVICE_NOT_FOUND
+            devices = []
+        for d, dev in enumerate(devices):
+            out.append((f"{p}:{d} {plat.name.strip()}: {dev.name.strip()} ({_kind(cl, dev)})", dev))
+    if not out:
+        raise OpenCLDeviceError("no OpenCL device found on any platform")
+    return out
+
+
+def _known(found: list[tuple[str, Any]]) -> str:
+    return "; ".join(label for label, _ in found)
+
+
+def _by_index(found: list[tuple[str, Any]], spec: str, source: str) -> Any:
+    for label, dev in found:
+        if label.split(" ", 1)[0] == spec:
+            return dev
+    raise OpenCLDeviceError(f"{source} asks for OpenCL device {spec!r}, which does not exist; "
+                            f"devices here: {_known(found)}", "pick one of those")
+
+
+def select_device(spec: str) -> Any:
+    """The ``pyopencl.Device`` that ``spec`` (the ``device`` option) names; see the module doc."""
+    import pyopencl as cl
+
+    found = list_devices()
+    spec = spec.strip()
+    if not spec:
+        env = os.environ.get("PYOPENCL_CTX", "").strip()
+        if not env:
+            return found[0][1]
+        if ":" in env and all(part.isdigit() for part in env.split(":", 1)):
+            return _by_index(found, env, "PYOPENCL_CTX")
+        if env.isdigit():  # pyopencl's short form: a platform index, its first device
+            return _by_index(found, f"{env}:0", "PYOPENCL_CTX")
+        raise OpenCLDeviceError(f"PYOPENCL_CTX={env!r} is not 'P' or 'P:D'; devices here: "
+                                f"{_known(found)}", "set PYOPENCL_CTX to e.g. '0:0', or unset it")
+    if spec.lower() in ("cpu", "gpu", "accelerator"):
+        want = getattr(cl.device_type, spec.upper())
+        for _, dev in found:
+            if dev.type & want:
+                return dev
+        raise OpenCLDeviceError(f"no OpenCL {spec.upper()} device; devices here: {_known(found)}",
+                                "choose another device option")
+    if spec.lower().startswith("name:"):
+        text = spec[5:].strip().lower()
+        for label, dev in found:
+            if text and text in label.split(" ", 1)[1].lower():
+                return dev
+        raise OpenCLDeviceError(f"no OpenCL device name contains {spec[5:]!r}; devices here: "
+                                f"{_known(found)}", "choose another device option")
+    return _by_index(found, spec, "the device option")
+
+
+def describe(device: Any) -> DeviceInfo:
+    import pyopencl as cl
+
+    try:
+        fp64 = bool(device.double_fp_config)
+    except Exception:
+        fp64 = False
+    try:
+        lanes = int(device.native_vector_width_float)
+    except Exception:
+        lanes = 1
+    return DeviceInfo(
+        platform=device.platform.name.strip(),
+        name=device.name.strip(),
+        kind=_kind(cl, device),
+        compute_units=int(device.max_compute_units),
+        max_work_group_size=int(device.max_work_group_size),
+        local_mem_bytes=int(device.local_mem_size),
+        local_mem_is_global=device.local_mem_type != cl.device_local_mem_type.LOCAL,
+        max_alloc_bytes=int(device.max_mem_alloc_size),
+        global_mem_bytes=int(device.global_mem_size),
+        base_align_bytes=max(16, int(device.mem_base_addr_align) // 8),
+        cache_bytes=int(getattr(device, "global_mem_cache_size", 0) or 0),
+        native_float_lanes=max(1, lanes),
+        fp64=fp64,
+        driver=f"{device.platform.version.strip()}; driver {device.driver_version.strip()}",
+    )
+
+
+def capabilities(info: DeviceInfo) -> Capabilities:
+    """What the scheduler may assume of this device.
+
+    Kernels run over a grid of work-groups with a work-group barrier; OpenCL has no grid-wide
+    barrier, so one call is a host loop of launches (``single_call=False``; the backend fuses
+    the launches into one single-work-group kernel for small inputs, see ``forms``)."""
+    cpu = info.kind == "CPU"
+    return Capabilities(
+        has_grid=True,
+        grid_barrier=False,
+        group_barrier=True,
+        max_threads_per_group=info.max_work_group_size,
+        # groups that make progress at once: one per core on a CPU device, a few per CU elsewhere
+        max_groups=info.compute_units * (1 if cpu else 8),
+        num_cores=info.compute_units,
+        shared_memory_bytes=info.local_mem_bytes,
+        cache_bytes_per_core=info.cache_bytes // max(1, info.compute_units) if cpu else 0,
+        vector_bits=32 * info.native_float_lanes if cpu else 0,
+        supports_fp64=info.fp64,
+        dialect="opencl",
+        single_call=False,
+    )
+
+
+@dataclass
+class Device:
+    """One chosen device with its context and in-order command queue."""
+
+    info: DeviceInfo
+    context: Any
+    queue: Any
+    device: Any
+
+
+@functools.lru_cache(maxsize=None)
+def open_device(spec: str, env: str | None = None) -> Device:
+    """Context and queue for the device ``spec`` names (cached per spec and ``PYOPENCL_CTX``).
+
+    ``env`` is only part of the cache key; callers pass ``os.environ.get("PYOPENCL_CTX")``."""
+    import pyopencl as cl
+
+    dev = select_device(spec)
+    try:
+        context = cl.Context([dev])
+        queue = cl.CommandQueue(context, dev)
+    except Exception as exc:
+        raise OpenCLDeviceError(f"could not open OpenCL device {dev.name.strip()!r}: {exc}") from None
+    return Device(describe(dev), context, queue, dev)
+
+
+def device_for(spec: str) -> Device:
+    return open_device(spec, os.environ.get("PYOPENCL_CTX"))

@@ -1,0 +1,200 @@
+"""Execution shapes of a scheduled LoopProgram on an OpenCL device, as pure functions.
+
+Pipeline position: between scheduling and rendering in the ``opencl`` backend. OpenCL has no
+grid-wide barrier, so the scheduler gives this backend the ``per_level`` form: host steps that
+launch one kernel per level, each kernel's node loop bound to work-groups (``gpu_group``) and
+hidden loop to work-items (``gpu_thread``), as grid-/group-stride loops that are correct for any
+launch size. From that program this module derives
+
+* :func:`single_group_kernel` — the same host steps inlined into ONE kernel, run by a single
+  work-group: each launch becomes the kernel's body with its parameters substituted, each host
+  loop a serial loop, and a work-group barrier separates consecutive launches. With one group
+  a group barrier is a grid barrier, so the level loop runs inside one launch: no per-level
+  launch overhead, which wins for small inputs (one tree). A program that already has the
+  level loop inside a kernel (``Barrier("grid")``) gets its grid barriers turned into group
+  barriers the same way.
+* :func:`plan_groups` / :func:`thread_extent` — launch sizes read from the program itself:
+  the trip count of a kernel's outermost ``gpu_group`` loops, evaluated on the host from the
+  sizes, the launch's arguments and the (host) index arrays — e.g. the width of level ``l``
+  from ``level_offsets`` — and the constant trip count of its ``gpu_thread`` loops.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Mapping
+
+import numpy as np
+
+from cortex.core import loopir as ir
+
+SINGLE_KERNEL = "cx_single_group"  # name of the derived kernel inside the program
+
+
+class _Unknown(Exception):
+    """A host expression depends on something the host does not know at launch time."""
+
+
+def _has_grid_barrier(node: ir.Node) -> bool:
+    return any(isinstance(n, ir.Barrier) and n.scope == "grid" for n in ir.walk(node))
+
+
+def _to_group_barriers(node: ir.Node) -> ir.Node:
+    def f(n: ir.Node) -> ir.Node | None:
+        if isinstance(n, ir.Barrier) and n.scope == "grid":
+            return ir.Barrier("group")
+        return None
+
+    return ir.transform(node, f)
+
+
+def _shared_names(node: ir.Node) -> set[str]:
+    return {n.name for n in ir.walk(node) if isinstance(n, ir.Alloc) and n.scope == "shared"}
+
+
+def _rename_alloc(node: ir.Node, old: str, new: str) -> ir.Node:
+    def f(n: ir.Node) -> ir.Node | None:
+        if isinstance(n, ir.Alloc) and n.name == old:
+            return replace(n, name=new)
+        return None
+
+    return ir.transform(ir.rename_buffer(node, old, new), f)
+
+
+def single_group_kernel(program: ir.Program) -> ir.Kernel:
+    """One kernel doing all of ``program``'s host steps, for a launch of exactly ONE work-group.
+
+    Raises :class:`ValueError` for a program whose kernels cannot be inlined (none known)."""
+    kernels = {k.name: k for k in program.kernels}
+    taken: set[str] = set()
+    count = [0]
+
+    def inline(launch: ir.Launch) -> ir.Stmt:
+        k = kernels[launch.kernel]
+        if len(launch.args) != len(k.params):
+            raise ValueError(f"launch of {k.name} passes {len(launch.args)} arguments for "
+                             f"{len(k.params)} parameters")
+        body = ir.substitute(k.body, dict(zip(k.params, launch.args)))
+        for name in sorted(_shared_names(body) & taken):  # one __local array per inlined use
+            count[0] += 1
+            body = _rename_alloc(body, name, f"{name}_{count[0]}")
+        taken.update(_shared_names(body))
+        return _to_group_barriers(body)
+
+    def steps(host: tuple[ir.Node, ...]) -> list[ir.Stmt]:
+        out: list[ir.Stmt] = []
+        for st in host:
+            if isinstance(st, ir.Launch):
+                out += [inline(st), ir.Barrier("group")]
+            elif isinstance(st, ir.HostFor):
+                out.append(ir.For(st.var, st.start, st.stop, ir.seq(*steps(st.body)), "serial"))
+            else:
+                raise ValueError(f"unknown host step {st!r}")
+        return out
+
+    body = steps(program.host)
+    if body and isinstance(body[-1], ir.Barrier):
+        body = body[:-1]  # the kernel's end waits for everything anyway
+    threads = max((k.threads_per_group for k in program.kernels), default=1)
+    return ir.Kernel(SINGLE_KERNEL, (), ir.seq(*body) if body else ir.Seq(()), threads)
+
+
+def with_single_group(program: ir.Program) -> ir.Program:
+    """``program`` plus the :func:`single_group_kernel` (host steps unchanged), so both forms
+    are rendered and built together; raises ValueError when the kernel cannot be derived."""
+    if any(k.name == SINGLE_KERNEL for k in program.kernels):
+        raise ValueError(f"program {program.name} already has a kernel named {SINGLE_KERNEL}")
+    return replace(program, kernels=program.kernels + (single_group_kernel(program),))
+
+
+def needs_single_group(program: ir.Program) -> bool:
+    """True when the host steps alone cannot run ``program`` here: a kernel waits on a grid
+    barrier, which OpenCL only has in the one-work-group launch."""
+    return any(_has_grid_barrier(k.body) for k in program.kernels if k.name != SINGLE_KERNEL)
+
+
+# ------------------------------------------------------------------------- host evaluation
+
+
+def evaluate(e: ir.Expr, env: Mapping[str, int], arrays: Mapping[str, np.ndarray]) -> int:
+    """An int host expression over sizes/launch arguments (``env``) and index arrays."""
+    if isinstance(e, ir.Const):
+        return int(e.value)
+    if isinstance(e, ir.Var):
+        if e.name not in env:
+            raise _Unknown(e.name)
+        return int(env[e.name])
+    if isinstance(e, ir.Load):
+        a = arrays.get(e.buffer)
+        if a is None:
+            raise _Unknown(e.buffer)
+        idx = tuple(evaluate(i, env, arrays) for i in e.index)
+        if any(i < 0 or i >= n for i, n in zip(idx, a.shape)):
+            raise _Unknown(e.buffer)
+        return int(a[idx])
+    if isinstance(e, ir.BinOp) and e.op in ("+", "-", "*", "//", "%", "min", "max"):
+        a, b = evaluate(e.a, env, arrays), evaluate(e.b, env, arrays)
+        if e.op in ("//", "%") and b == 0:
+            raise _Unknown("division by zero")
+        return {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b,
+                "//": lambda: a // b, "%": lambda: a % b,
+                "min": lambda: min(a, b), "max": lambda: max(a, b)}[e.op]()
+    if isinstance(e, ir.Cast):
+        return evaluate(e.a, env, arrays)
+    raise _Unknown(type(e).__name__)
+
+
+def _outer_loops(node: ir.Node, kind: str) -> list[ir.For]:
+    """Loops of ``kind`` not nested in another loop of that kind."""
+    out: list[ir.For] = []
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, ir.For) and n.kind == kind:
+            out.append(n)
+            continue
+        if isinstance(n, ir.Stmt):
+            stack.extend(c for c in _stmt_children(n))
+    return out
+
+
+def _stmt_children(s: ir.Stmt) -> list[ir.Stmt]:
+    if isinstance(s, ir.Seq):
+        return list(s.stmts)
+    if isinstance(s, (ir.For, ir.Let, ir.Alloc)):
+        return [s.body]
+    if isinstance(s, ir.If):
+        return [s.then] + ([s.orelse] if s.orelse is not None else [])
+    return []
+
+
+def plan_groups(kernel: ir.Kernel, env: Mapping[str, int], arrays: Mapping[str, np.ndarray],
+                cap: int) -> int:
+    """Work-groups for one launch of ``kernel``: the largest trip count of its outermost
+    ``gpu_group`` loops (bounded by ``cap``; ``cap`` when the host cannot evaluate it), 1 when
+    it has none (every group would redo the whole kernel), at least 1."""
+    loops = _outer_loops(kernel.body, "gpu_group")
+    if not loops:
+        return 1
+    best = 0
+    for loop in loops:
+        try:
+            best = max(best, evaluate(loop.stop, env, arrays) - evaluate(loop.start, env, arrays))
+        except _Unknown:
+            return cap
+    return max(1, min(best, cap))
+
+
+def thread_extent(kernel: ir.Kernel) -> int | None:
+    """The largest constant trip count of ``kernel``'s outermost ``gpu_thread`` loops; 1 when it
+    has none (one work-item per group), None when a trip count is not a constant."""
+    loops = _outer_loops(kernel.body, "gpu_thread")
+    if not loops:
+        return 1
+    best = 0
+    for loop in loops:
+        a, b = ir.const_int(loop.start), ir.const_int(loop.stop)
+        if a is None or b is None:
+            return None
+        best = max(best, b - a)
+    return max(1, best)

@@ -1,0 +1,443 @@
+"""Running a built OpenCL program: buffers, one packed upload per call, launches, one read-back.
+
+Pipeline position: the last stage of the ``opencl`` backend. :class:`CompiledProgram` is the
+compiler's artifact. It is called two ways, with the same semantics as the interpreter
+(``cortex.core.interpret.run``):
+
+* ``artifact.run(buffers, sizes) -> {name: ndarray}`` with host NumPy arrays (tests, tools);
+* through :class:`OpenCLRuntime`, the core's :class:`~cortex.core.backend.Runtime`:
+  ``launch(artifact, args)`` with every buffer of the program (in ``program.buffers`` order)
+  then every size, as ``cortex.core.executable`` calls it.
+
+Memory (no new device allocation in the steady state):
+
+* ``param`` buffers get their own device buffer once (the executable uploads params once);
+* per-call ``index``/``input`` arrays (the linearizer's) are packed into one host staging array
+  and written with ONE transfer into a device pool, each array a sub-buffer at an aligned
+  offset;
+* ``output`` buffers are sub-buffers of a second pool, read back with ONE transfer after the
+  last launch; ``temp`` buffers live in a third pool and are never read back;
+* pools belong to the artifact, are allocated on first use and grow (to the next power of two)
+  only when a batch needs more.
+
+``OpenCLRuntime.upload``/``allocate`` therefore return light host-side handles
+(:class:`HostArray`, :class:`Allocation`); ``launch`` binds them to device memory. An artifact
+runs one call at a time (it owns its pools); use one executable per thread.
+
+Execution shape per call (:func:`choose_form`): the host steps (one launch per level, work-groups
+over the nodes of the level and work-items over hidden units), or — for small inputs, where
+per-launch overhead dominates — the single-work-group kernel from ``forms`` that runs every
+level in one launch with work-group barriers between levels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+from cortex.core import loopir as ir
+from cortex.core.backend import Runtime
+from cortex.core.errors import CortexError
+from cortex.core.interpret import eval_shape, np_dtype
+from cortex.plugins.opencl import forms
+from cortex.plugins.opencl.device import Device
+
+#: ``form`` values: "auto" picks per call; the others force one shape.
+FORMS = ("auto", "per_level", "single_group")
+#: With ``form="auto"``, inputs with at most this many nodes per work-item of the device's
+#: parallelism run as one single-work-group launch (measured on PoCL, see docs/opencl.md).
+SINGLE_GROUP_MAX_NODES = 96
+
+
+class OpenCLResourceError(CortexError, RuntimeError):
+    """The device ran out of memory or resources (work-group size, local memory) for a launch."""
+
+
+class OpenCLLaunchError(CortexError, RuntimeError):
+    """A launch or transfer failed for a reason other than resources (message from the driver)."""
+
+
+@dataclass(eq=False)
+class HostArray:
+    """What :meth:`OpenCLRuntime.upload` returns: a host copy, bound to device memory at launch
+    (its own buffer for params, kept; a slice of the per-call pack otherwise)."""
+
+    array: np.ndarray
+    device: Any = None  # the dedicated cl.Buffer once it has one (params)
+
+
+@dataclass(eq=False)
+class Allocation:
+    """What :meth:`OpenCLRuntime.allocate` returns: shape and dtype; bound to a slice of an
+    artifact's output/temp pool at launch; ``host`` holds the read-back after the launch."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    host: np.ndarray | None = None
+
+
+def _nbytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
+    return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+
+
+def _is_resource_error(exc: Exception) -> bool:
+    text = str(exc).upper()
+    return any(word in text for word in (
+        "OUT_OF_RESOURCES", "OUT_OF_HOST_MEMORY", "MEM_OBJECT_ALLOCATION_FAILURE",
+        "INVALID_WORK_GROUP_SIZE", "INVALID_BUFFER_SIZE")) or isinstance(exc, MemoryError)
+
+
+class _Pool:
+    """A growable device buffer carved into aligned sub-buffers."""
+
+    def __init__(self, device: Device, what: str, flags: int) -> None:
+        self.device = device
+        self.what = what
+        self.flags = flags
+        self.buffer: Any = None
+        self.capacity = 0
+        self._subs: dict[tuple[int, int], Any] = {}
+
+    def ensure(self, nbytes: int) -> None:
+        import pyopencl as cl
+
+        if nbytes <= self.capacity:
+            return
+        info = self.device.info
+        size = 1 << max(12, (nbytes - 1).bit_length())
+        if size > info.max_alloc_bytes:
+            size = nbytes
+        if nbytes > info.max_alloc_bytes:
+            raise OpenCLResourceError(
+                f"this batch needs {nbytes / 2**20:.1f} MiB of {self.what} in one buffer, more than "
+                f"the device's largest allocation ({info.max_alloc_bytes / 2**20:.0f} MiB on "
+                f"{info.label}); split the batch into smaller calls")
+        self.buffer = None
+        self._subs.clear()
+        try:
+            self.buffer = cl.Buffer(self.device.context, self.flags, size)
+        except Exception as exc:
+            raise OpenCLResourceError(
+                f"could not allocate {size / 2**20:.1f} MiB of device memory for {self.what} on "
+                f"{info.label}: {exc}; split the batch into smaller calls") from None
+        self.capacity = size
+
+    def sub(self, offset: int, nbytes: int) -> Any:
+        key = (offset, nbytes)
+        found = self._subs.get(key)
+        if found is None:
+            if len(self._subs) > 256:
+                self._subs.clear()
+            found = self._subs[key] = self.buffer.get_sub_region(offset, nbytes)
+        return found
+
+
+@dataclass
+class _Layout:
+    offsets: dict[str, int] = field(default_factory=dict)
+    sizes: dict[str, int] = field(default_factory=dict)
+    total: int = 0
+
+    def add(self, name: str, nbytes: int, align: int) -> None:
+        self.offsets[name] = self.total
+        self.sizes[name] = max(nbytes, align)  # a zero-size array still gets a (legal) region
+        self.total += (self.sizes[name] + align - 1) // align * align
+
+
+def choose_form(form: str, has_single: bool, has_host: bool, sizes: Mapping[str, int],
+                parallel_units: int) -> str:
+    """"single_group" or "per_level" for one call (see the module doc)."""
+    if form != "auto":
+        return form
+    if not has_host:
+        return "single_group"
+    if not has_single:
+        return "per_level"
+    nodes = int(sizes.get("N", 0))
+    return "single_group" if nodes <= SINGLE_GROUP_MAX_NODES * max(1, parallel_units // 2) else "per_level"
+
+
+class CompiledProgram:
+    """A built ``cl.Program`` for a LoopProgram (and its single-work-group form)."""
+
+    def __init__(self, program: ir.Program, cl_program: Any, device: Device, *,
+                 work_group_size: int = 0, form: str = "auto", source_path: str = "") -> None:
+        if form not in FORMS:
+            raise ValueError(f"form must be one of {FORMS}, got {form!r}")
+        self.program = program
+        self.device = device
+        self.form = form
+        self.source_path = source_path
+        self.work_group_size = work_group_size
+        self.kernels = {k.name: k for k in program.kernels}
+        import pyopencl as cl
+
+        self.cl_kernels = {k.name: cl.Kernel(cl_program, _symbol(program, k.name)) for k in program.kernels}
+        self.has_single = forms.SINGLE_KERNEL in self.kernels
+        self.host_ok = not forms.needs_single_group(program)
+        if not self.has_single and not self.host_ok:
+            raise ValueError(f"program {program.name} needs a grid barrier and has no single-group kernel")
+        if form == "single_group" and not self.has_single:
+            raise ValueError("form='single_group' needs the single-work-group kernel, which this "
+                             "program could not be given")
+        if form == "per_level" and not self.host_ok:
+            raise ValueError(f"program {program.name} has the level loop inside a kernel; OpenCL "
+                             "can run it only as one work-group (form='single_group' or 'auto')")
+        self.roles = {b.name: b.role for b in program.buffers}
+        self.align = device.info.base_align_bytes
+        mf = cl.mem_flags
+        self._inputs = _Pool(device, "per-call inputs", mf.READ_ONLY)
+        self._outputs = _Pool(device, "outputs", mf.READ_WRITE)
+        self._temps = _Pool(device, "temporaries", mf.READ_WRITE)
+        self._staging = np.empty(0, np.uint8)
+        self._readback = np.empty(0, np.uint8)
+        self._local_sizes: dict[str, int] = {}
+        self._upload_done: Any = None  # event of the last packed upload (staging is reused)
+        self.last_form = ""
+        self.launches = 0  # kernel launches of the last call
+
+    # ------------------------------------------------------------------ launch sizes
+    def local_size(self, name: str) -> int:
+        """Work-items per group for kernel ``name``: the option, the kernel's own
+        ``threads_per_group``, else its constant ``gpu_thread`` trip count; within the device's
+        and the kernel's limit."""
+        found = self._local_sizes.get(name)
+        if found is not None:
+            return found
+        import pyopencl as cl
+
+        k = self.kernels[name]
+        extent = forms.thread_extent(k)
+        if extent == 1:
+            want = 1  # no work-item loop: one work-item per group
+        elif self.work_group_size:
+            want = self.work_group_size
+        elif k.threads_per_group > 1:
+            want = k.threads_per_group
+        else:
+            want = extent or 64
+        limit = self.cl_kernels[name].get_work_group_info(
+            cl.kernel_work_group_info.WORK_GROUP_SIZE, self.device.device)
+        size = max(1, min(want, int(limit), self.device.info.max_work_group_size))
+        if self.work_group_size and size < self.work_group_size:
+            raise OpenCLResourceError(
+                f"work_group_size={self.work_group_size} is more than kernel {name!r} can use on "
+                f"{self.device.info.label} (at most {size} work-items); choose a smaller "
+                "work_group_size or 0 (automatic)")
+        self._local_sizes[name] = size
+        return size
+
+    # ------------------------------------------------------------------ calls
+    def run(self, buffers: Mapping[str, np.ndarray], sizes: Mapping[str, int]) -> dict[str, np.ndarray]:
+        """The interpreter's contract: read-only buffers from ``buffers``, outputs written into
+        the given arrays (or new ones); returns every output and given buffer by name."""
+        args: list[Any] = []
+        shapes = self._shapes(sizes)
+        out: dict[str, np.ndarray] = dict(buffers)
+        handles: dict[str, Allocation] = {}
+        for b in self.program.buffers:
+            dt = np.dtype(np_dtype(b.dtype))
+            if b.read_only:
+                a = buffers.get(b.name)
+                if a is None:
+                    raise ValueError(f"program {self.program.name}: buffer {b.name!r} ({b.role}) not given")
+                a = np.asarray(a)
+                if a.shape != shapes[b.name] or a.dtype != dt:
+                    raise ValueError(f"buffer {b.name!r}: expected {dt}{list(shapes[b.name])}, "
+                                     f"got {a.dtype}{list(a.shape)}")
+                args.append(HostArray(np.ascontiguousarray(a)))
+            else:
+                handles[b.name] = Allocation(shapes[b.name], dt)
+                args.append(handles[b.name])
+        args += [int(sizes[s.name]) for s in self.program.sizes]
+        self.launch(tuple(args))
+        self.device.queue.finish()
+        for name, h in handles.items():
+            if self.roles[name] != "output":
+                continue
+            given = buffers.get(name)
+            if isinstance(given, np.ndarray) and given.shape == h.shape and given.dtype == h.dtype:
+                given[...] = h.host
+                out[name] = given
+            else:
+                out[name] = h.host.copy()
+        return out
+
+    def _shapes(self, sizes: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
+        missing = [s.name for s in self.program.sizes if s.name not in sizes]
+        if missing:
+            raise ValueError(f"program {self.program.name}: sizes {missing} not given")
+        return {b.name: eval_shape(b.shape, sizes) for b in self.program.buffers}
+
+    def launch(self, args: tuple[Any, ...]) -> None:
+        """Bind ``args`` (buffers in program order, then sizes) and enqueue the whole call:
+        one packed upload, the launches, one non-blocking read-back of the outputs."""
+        import pyopencl as cl
+
+        p = self.program
+        nb, ns = len(p.buffers), len(p.sizes)
+        if len(args) != nb + ns:
+            raise TypeError(f"program {p.name} takes {nb} buffers and {ns} sizes; got {len(args)} arguments")
+        sizes = {s.name: int(v) for s, v in zip(p.sizes, args[nb:])}
+        queue = self.device.queue
+        align = self.align
+        packed, outs, temps = _Layout(), _Layout(), _Layout()
+        host_index: dict[str, np.ndarray] = {}
+        for b, a in zip(p.buffers, args[:nb]):
+            if b.role == "param":
+                if not isinstance(a, HostArray):
+                    raise TypeError(f"param buffer {b.name!r}: expected what runtime.upload returned")
+                if a.device is None:
+                    a.device = _dedicated(self.device, a.array, b.name)
+            elif b.read_only:
+                if not isinstance(a, HostArray):
+                    raise TypeError(f"{b.role} buffer {b.name!r}: expected what runtime.upload returned")
+                packed.add(b.name, a.array.nbytes, align)
+                host_index[b.name] = a.array
+            else:
+                if not isinstance(a, Allocation):
+                    raise TypeError(f"{b.role} buffer {b.name!r}: expected what runtime.allocate returned")
+                (outs if b.role == "output" else temps).add(b.name, _nbytes(a.shape, a.dtype), align)
+        # one packed upload of every per-call array
+        self._inputs.ensure(packed.total)
+        self._outputs.ensure(outs.total)
+        self._temps.ensure(temps.total)
+        if self._upload_done is not None:
+            self._upload_done.wait()  # the previous call's upload may still read the staging array
+            self._upload_done = None
+        if self._staging.nbytes < packed.total:
+            self._staging = np.empty(self._inputs.capacity, np.uint8)
+        for name, a in host_index.items():
+            off = packed.offsets[name]
+            self._staging[off: off + a.nbytes] = a.reshape(-1).view(np.uint8)
+        try:
+            if packed.total:
+                self._upload_done = cl.enqueue_copy(queue, self._inputs.buffer, self._staging[:packed.total],
+                                                    is_blocking=False)
+            device_args: list[Any] = []
+            for b, a in zip(p.buffers, args[:nb]):
+                if b.role == "param":
+                    device_args.append(a.device)
+                elif b.read_only:
+                    device_args.append(self._inputs.sub(packed.offsets[b.name], packed.sizes[b.name]))
+                elif b.role == "output":
+                    device_args.append(self._outputs.sub(outs.offsets[b.name], outs.sizes[b.name]))
+                else:
+                    device_args.append(self._temps.sub(temps.offsets[b.name], temps.sizes[b.name]))
+            device_args += [np.int32(v) for v in args[nb:]]
+            form = choose_form(self.form, self.has_single, self.host_ok, sizes, self.device.info.compute_units)
+            self.last_form = form
+            self.launches = 0
+            if form == "single_group":
+                self._enqueue(forms.SINGLE_KERNEL, device_args, (), 1)
+            else:
+                env = dict(sizes)
+                self._host_steps(p.host, env, device_args, host_index)
+            if outs.total:
+                if self._readback.nbytes < outs.total:
+                    self._readback = np.empty(self._outputs.capacity, np.uint8)
+                cl.enqueue_copy(queue, self._readback[:outs.total], self._outputs.buffer, is_blocking=False)
+        except OpenCLResourceError:
+            raise
+        except Exception as exc:
+            if _is_resource_error(exc):
+                raise OpenCLResourceError(
+                    f"OpenCL ran out of resources running {p.name} on {self.device.info.label}: {exc}. "
+                    "Try a smaller batch, work_group_size, or a schedule without local-memory caches"
+                ) from None
+            raise OpenCLLaunchError(f"OpenCL failed running {p.name} on {self.device.info.label}: {exc}") from None
+        for b, a in zip(p.buffers, args[:nb]):
+            if b.role == "output":
+                off = outs.offsets[b.name]
+                n = _nbytes(a.shape, a.dtype)
+                a.host = self._readback[off: off + n].view(a.dtype).reshape(a.shape)
+
+    def _host_steps(self, steps: tuple[ir.Node, ...], env: dict[str, int], device_args: list[Any],
+                    host_index: Mapping[str, np.ndarray]) -> None:
+        for st in steps:
+            if isinstance(st, ir.Launch):
+                values = tuple(forms.evaluate(a, env, {}) for a in st.args)
+                k = self.kernels[st.kernel]
+                kenv = dict(env)
+                kenv.update(zip(k.params, values))
+                groups = forms.plan_groups(k, kenv, host_index, cap=self._group_cap())
+                self._enqueue(st.kernel, device_args, values, groups)
+            elif isinstance(st, ir.HostFor):
+                lo, hi = forms.evaluate(st.start, env, {}), forms.evaluate(st.stop, env, {})
+                for i in range(lo, hi):
+                    env[st.var] = i
+                    self._host_steps(st.body, env, device_args, host_index)
+                env.pop(st.var, None)
+            else:
+                raise TypeError(f"unknown host step {st!r}")
+
+    def _group_cap(self) -> int:
+        return 65536
+
+    def _enqueue(self, name: str, device_args: list[Any], params: tuple[int, ...], groups: int) -> None:
+        import pyopencl as cl
+
+        kernel = self.cl_kernels[name]
+        kernel.set_args(*device_args, *(np.int32(v) for v in params))
+        local = self.local_size(name)
+        cl.enqueue_nd_range_kernel(self.device.queue, kernel, (groups * local,), (local,))
+        self.launches += 1
+
+
+def _symbol(program: ir.Program, kernel: str) -> str:
+    from cortex.core.render_c import kernel_symbol
+
+    return kernel_symbol(program, kernel)
+
+
+def _dedicated(device: Device, array: np.ndarray, name: str) -> Any:
+    import pyopencl as cl
+
+    mf = cl.mem_flags
+    data = np.ascontiguousarray(array)
+    if data.nbytes > device.info.max_alloc_bytes:
+        raise OpenCLResourceError(
+            f"param {name!r} is {data.nbytes / 2**20:.1f} MiB, more than the largest buffer "
+            f"{device.info.label} can allocate ({device.info.max_alloc_bytes / 2**20:.0f} MiB)")
+    try:
+        if data.nbytes == 0:
+            return cl.Buffer(device.context, mf.READ_ONLY, 16)
+        return cl.Buffer(device.context, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=data)
+    except Exception as exc:
+        raise OpenCLResourceError(f"could not allocate param {name!r} ({data.nbytes} bytes) on "
+                                  f"{device.info.label}: {exc}") from None
+
+
+class OpenCLRuntime(Runtime):
+    """The core's Runtime over one device's queue (see the module doc for the handles)."""
+
+    def __init__(self, device: Device) -> None:
+        self.device = device
+
+    def allocate(self, shape: tuple[int, ...], dtype: np.dtype) -> Allocation:
+        return Allocation(tuple(int(d) for d in shape), np.dtype(dtype))
+
+    def upload(self, array: np.ndarray) -> HostArray:
+        return HostArray(np.array(array, copy=True, order="C"))
+
+    def download(self, buffer: Any, out: np.ndarray) -> np.ndarray:
+        if isinstance(buffer, HostArray):
+            out[...] = buffer.array
+            return out
+        if not isinstance(buffer, Allocation) or buffer.host is None:
+            raise TypeError("download takes an output buffer of a finished launch "
+                            "(allocate, launch, synchronize, then download)")
+        out[...] = buffer.host
+        return out
+
+    def launch(self, artifact: Any, args: tuple[Any, ...], **launch_config: Any) -> None:
+        if not isinstance(artifact, CompiledProgram):
+            raise TypeError(f"the opencl runtime launches what its compiler built, not {type(artifact).__name__}")
+        if launch_config:
+            raise TypeError(f"the opencl runtime takes no launch configuration, got {launch_config}")
+        artifact.launch(args)
+
+    def synchronize(self) -> None:
+        self.device.queue.finish()
