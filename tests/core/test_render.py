@@ -168,9 +168,9 @@ def test_large_shared_arrays_use_dynamic_shared_memory_on_cuda():
 
 @needs_nvcc
 def test_cuda_compiles_with_nvcc_for_sm_90(tmp_path):
-    # the persistent form (grid sync, shared weights) and a per-level float64 child-sum, in parallel
-    sources = [render(_gpu_program("single"), "cuda"), render(child_sum(form="per_level", dtype="float64"), "cuda"),
-               render(_big_shared_program(), "cuda")]
+    # the persistent form (grid sync, weights in dynamic shared memory) and a per-level float64
+    # child-sum (private arrays, CSR reductions), compiled in parallel
+    sources = [render(_big_shared_program(), "cuda"), render(child_sum(form="per_level", dtype="float64"), "cuda")]
     procs = []
     for i, src in enumerate(sources):
         path = tmp_path / f"k{i}.cu"
