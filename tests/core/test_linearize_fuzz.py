@@ -16,7 +16,7 @@ from cortex.core.linearize import (ChildTable, EdgeList, Node, ParentArray, Sequ
                                    StructureError, linearize)
 from cortex.data import Vocabulary, read_ptb
 
-FUZZ = settings(max_examples=150, deadline=None)
+FUZZ = settings(max_examples=80, deadline=None)
 VOCAB = Vocabulary(["a", "b", "It", "fine"])
 
 

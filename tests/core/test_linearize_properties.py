@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from cortex.core.linearize import (ChildTable, EdgeList, Grid, ParentArray, Sequence, SExpr,
                                    clear_cache, linearize)
 
-SETTINGS = settings(max_examples=60, deadline=None)
+SETTINGS = settings(max_examples=40, deadline=None)
 
 
 # ---------------------------------------------------------------- random structures

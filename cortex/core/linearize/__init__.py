@@ -28,7 +28,7 @@ import numpy as np
 
 from ..structure import LinearizedBatch
 from . import cache as _cache
-from .arrays import array_part
+from .arrays import array_part, child_table_batch
 from .assemble import MAX_INDEX, MAX_TABLE_ENTRIES, Origin, assemble
 from .ast_types import AST_NODE_TYPES, AST_TYPE_IDS, AST_UNKNOWN, AST_VOCAB_SIZE, ast_type_id
 from .cache import cache_info, clear_cache, set_cache
@@ -143,9 +143,13 @@ def linearize(structures: Any, *, arity: int | None = None, vocab_size: int | No
             hit = _cache.STATE.batches.get(bkey)
             if hit is not None:
                 return hit
-    parts = _read_sst_strings(items, vocab, keys)
-    parts = [p if p is not None else read_part(x, vocab, i, keys[i])
-             for i, (x, p) in enumerate(zip(items, parts))]
+    parts: list[Any] | None = None
+    if type(items[0]) is ChildTable:
+        parts = child_table_batch(items)
+    if parts is None:
+        parts = _read_sst_strings(items, vocab, keys)
+        parts = [p if p is not None else read_part(x, vocab, i, keys[i])
+                 for i, (x, p) in enumerate(zip(items, parts))]
     out = assemble(parts, arity=arity, vocab_size=vocab_size, feature_dim=feature_dim)
     if bkey is not None and _cache.key_size(bkey) <= _cache.MAX_KEY_BYTES:
         _cache.STATE.batches.put(bkey, out)

@@ -101,10 +101,17 @@ def _tree_heights(gpar: np.ndarray, max_size: int) -> tuple[np.ndarray | None, i
     n = len(gpar)
     jump = np.append(gpar, n)
     h = np.zeros(n + 1, np.int64)
-    for k in range((max_size - 1).bit_length()):
-        np.maximum.at(h, jump, h + (1 << k))
+    push = np.empty(n + 1, np.int64)
+    steps = (max_size - 1).bit_length()
+    if steps:
+        h[jump] = 1  # step 0: a node with a child has height >= 1 (duplicates write the same)
+        h[n] = 0
         jump = jump[jump]
-        if k >= 2 and jump.min() == n:  # every depth < 2^(k+1): all heights are known
+    for k in range(1, steps):
+        np.add(h, 1 << k, out=push)
+        np.maximum.at(h, jump, push)
+        jump = jump[jump]
+        if k >= 3 and jump.min() == n:  # every depth < 2^(k+1): all heights are known
             break
     if (jump[:n] != n).any():
         v = int(np.argmax(jump[:n] != n))

@@ -37,10 +37,10 @@ class LRU:
     def get(self, key: Any) -> Any:
         try:
             value = self.data[key]
-        except KeyError:
+            self.data.move_to_end(key)
+        except KeyError:  # absent (or evicted by another thread meanwhile)
             self.misses += 1
             return None
-        self.data.move_to_end(key)
         self.hits += 1
         return value
 
@@ -48,7 +48,10 @@ class LRU:
         self.data[key] = value
         self.data.move_to_end(key)
         while len(self.data) > self.max_entries:
-            self.data.popitem(last=False)
+            try:
+                self.data.popitem(last=False)
+            except KeyError:  # emptied by another thread
+                break
 
 
 class _State:
@@ -118,10 +121,11 @@ def input_key(x: Any, vocab: Any) -> Any:
         vk = vocab_key(vocab if x.vocab is None else x.vocab)
         lk = vocab_key(x.label_vocab)
         return None if vk is False or lk is False else ("s", x.text, vk, lk)
-    if t is forms.ParentArray and x.words is None and x.features is None and x.labels is None:
-        par = x.parents  # the common case, keyed without the generic field walk below
-        if type(par) is np.ndarray and par.dtype != object:
-            return ("P", par.dtype.str, par.shape, par.tobytes())
+    if (t is forms.ParentArray or t is forms.ChildTable) and x.words is None \
+            and x.features is None and x.labels is None:
+        arr = x.parents if t is forms.ParentArray else x.table  # the common case, keyed
+        if type(arr) is np.ndarray and arr.dtype != object:  # without the generic walk
+            return (t.__name__, arr.dtype.str, arr.shape, arr.tobytes())
     if t in _ARRAY_FORMS:
         vk = vocab_key(vocab if x.vocab is None else x.vocab)
         if vk is False:
