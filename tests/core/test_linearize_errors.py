@@ -145,6 +145,12 @@ def test_mixed_tokens_and_features() -> None:
     feats = np.zeros((3, 4))
     raises(MixedInputError, [Sequence([1, 2]), Sequence(feats)], index=1)
     raises(MixedInputError, [ParentArray(np.array([-1, 0])), ("a", "b")], index=1, vocab=VOCAB)
+    raises(MixedInputError, [Sequence([1, "a"])], index=0, vocab=VOCAB)
+
+
+def test_bad_parent_in_a_mixed_batch() -> None:
+    raises(NodeIndexError, [EdgeList(2, [[0, 1]]), ParentArray(np.array([-1, -2]))], index=1,
+           path=1)
 
 
 def test_feature_dims() -> None:

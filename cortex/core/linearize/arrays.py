@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 
 from . import forms
-from .errors import (EmptyBatchError, FeatureError, NodeIndexError, TokenError,
-                     UnsupportedInputError)
+from .errors import (EmptyBatchError, FeatureError, MixedInputError, NodeIndexError,
+                     TokenError, UnsupportedInputError)
 from .parts import GridKeys, Part, id_key
 from .tokens import int_array, resolve_words, to_int64
 
@@ -131,6 +131,11 @@ def _chain(n: int) -> np.ndarray:
 
 def _sequence(x: forms.Sequence, vocab: Any, index: int) -> Part:
     items = x.items
+    if isinstance(items, (list, tuple)) and items:
+        kinds = {type(t) for t in items}
+        if str in kinds and len(kinds) > 1:
+            raise MixedInputError("a sequence mixes string tokens with other items",
+                                  input_index=index)
     arr = items if isinstance(items, np.ndarray) else None
     if arr is None:
         try:

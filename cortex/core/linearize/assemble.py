@@ -161,8 +161,12 @@ def _edges(parts: list[Part], starts: np.ndarray, sizes: np.ndarray,
            trusted: bool) -> tuple[np.ndarray, np.ndarray]:
     """Global (parent, child) edge arrays, each parent's edges in child order."""
     eps, ecs, counts = [], [], []
-    for p in parts:
+    for b, p in enumerate(parts):
         if p.parent is not None:
+            if not p.trusted and len(p.parent) and p.parent.min() < -1:
+                v = int(np.argmax(p.parent < -1))
+                raise NodeIndexError(f"parent {p.parent[v]} is outside [-1, {p.n})",
+                                     input_index=b, path=v)
             c = np.flatnonzero(p.parent >= 0)
             eps.append(p.parent[c])
             ecs.append(c)
