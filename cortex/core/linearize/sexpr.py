@@ -34,7 +34,9 @@ from .tokens import resolve_words
 
 _TOKEN = re.compile(r"[()]|[^\s()]+")
 # Fast path: whole SST leaves "(2 It)" and labelled openings "(3 (" as single matches.
-_FAST = re.compile(r"\(\s*([^\s()]+)\s+([^\s()]+)\s*\)|\(\s*([^\s()]+)(?=\s*\()|(\))|([()]|[^\s()]+)")
+_FAST = re.compile(r"\(\s*([^\s()]+)\s+([^\s()]+)\s*\)"  # (label word)
+                   r"|\(\s*([^\s()]+)(?=\s*\()"  # (label followed by a child bracket
+                   r"|(\))|([()]|[^\s()]+)")  # a close, anything else
 
 
 def _offset(text: str, k: int) -> int:
