@@ -1,7 +1,8 @@
 """Built-in plugin: the ``cuda`` target — CUDA C compiled by nvcc, launched through PyCUDA.
 
-Pipeline position: codegen + runtime for NVIDIA GPUs. Registration only so far; the code
-generator arrives with its own issue.
+Pipeline position: codegen + runtime for NVIDIA GPUs: ``target.py`` (options, availability),
+``backend.py`` (capabilities, renderer), ``compiler.py`` (nvcc), ``runtime.py`` + ``launch.py``
++ ``driver.py`` (PyCUDA and the driver API). See docs/cuda.md.
 """
 
 from __future__ import annotations

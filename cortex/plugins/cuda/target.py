@@ -14,7 +14,6 @@ from typing import Any, Mapping
 
 from cortex.core import hostinfo
 from cortex.core.backend import Backend
-from cortex.core.errors import NotYetImplementedError
 from cortex.core.targets import Availability, Target, TargetOption
 
 PACKAGE = "pycuda"  # the Python package launches need
@@ -75,18 +74,36 @@ def environment_info() -> dict[str, str]:
         pycuda = metadata.version("pycuda")
     except metadata.PackageNotFoundError:
         pycuda = "not installed"
-    return {
+    info = {
         "nvcc": hostinfo.nvcc_version() or "not found",
         "CUDA driver": driver.version or driver.error,
+        "GPU": ", ".join(driver.devices) or "none",
         "pycuda": pycuda,
     }
+    if hostinfo.find_nvcc() is not None:
+        from cortex.plugins.cuda.backend import probe_device
+        from cortex.plugins.cuda.device import FALLBACK_ARCH
+
+        device = probe_device(0)
+        info["arch='auto' compiles for"] = (f"{device.arch} (device 0: {device.name})" if device is not None
+                                            else f"{FALLBACK_ARCH} (no GPU visible; compile-only)")
+    state = runnable()
+    info["runs here"] = "yes" if state else f"no: {state.reason}"
+    return info
+
+
+def _why_not_runnable() -> tuple[str, str] | None:
+    state = runnable()
+    return None if state else (state.reason, state.fix)
 
 
 def create_backend(options: Mapping[str, Any]) -> Backend:
-    raise NotYetImplementedError(
-        "code generation for target 'cuda' arrives with the CUDA backend issue "
-        "(cortex/plugins/cuda); the target is registered so it can be listed and resolved"
-    )
+    """The backend for resolved ``options``: code generation and nvcc work wherever the target
+    is enabled; the runtime raises ``TargetNotRunnableError`` (with the reason) on first use
+    where there is no GPU, driver or pycuda."""
+    from cortex.plugins.cuda.backend import make_backend
+
+    return make_backend(options, why_not=_why_not_runnable)
 
 
 def make_target() -> Target:

@@ -1,0 +1,229 @@
+"""Launch configuration for the kernels of a scheduled LoopProgram on a CUDA GPU.
+
+Pipeline position: host side of the ``cuda`` runtime. Before each call the runtime asks
+:class:`KernelPlan` (built once per kernel) for a :class:`LaunchConfig`:
+
+* **block size** — the kernel's ``threads_per_group`` when the schedule set one, else the
+  target option ``threads_per_block`` when the kernel has GPU-thread loops, else 1 (a kernel
+  without GPU loops runs its loops in every thread, so it gets one thread);
+* **grid size** — every GPU loop of the rendered code is grid-/block-stride, so *any* grid is
+  correct; the grid only decides speed. The plan evaluates the trip counts of the kernel's
+  ``gpu_group`` loops on the host (sizes, kernel arguments, the level loop, host copies of the
+  index buffers such as ``level_offsets``) and launches as many blocks as the widest one needs;
+  where a bound cannot be evaluated on the host it falls back to filling the GPU;
+* **cooperative** — a kernel containing a grid barrier (``kernel_form='single'``: one persistent
+  kernel running every level) must be launched cooperatively, and its grid must not exceed the
+  blocks that can be co-resident (occupancy per SM x SMs), or the grid barrier would deadlock;
+* **dynamic shared memory** — ``render_c.dynamic_shared_bytes`` (shared arrays above CUDA's
+  48 KiB static limit).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+import numpy as np
+
+from cortex.core import loopir as ir
+from cortex.core.render_c import dynamic_shared_bytes, kernel_symbol
+
+
+class LaunchError(RuntimeError):
+    """A kernel cannot be launched as scheduled (e.g. it cannot be co-resident for a grid barrier)."""
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    kernel: str  # the kernel's name in the program
+    symbol: str  # its function name in the module
+    grid: int
+    block: int
+    shared_bytes: int  # dynamic shared memory
+    cooperative: bool
+    args: tuple[int, ...] = ()  # the kernel's own int parameters
+
+
+class _Unknown(Exception):
+    """An expression depends on something the host does not know (device data)."""
+
+
+#: Most serial-loop iterations the grid planner evaluates per kernel launch (a level loop over
+#: a long chain would cost more host time than the grid size could save).
+EVAL_BUDGET = 512
+
+
+def _eval(e: ir.Expr, env: Mapping[str, int | None], arrays: Mapping[str, np.ndarray]) -> int:
+    if isinstance(e, ir.Const):
+        return int(e.value)
+    if isinstance(e, ir.Var):
+        v = env.get(e.name)
+        if v is None:
+            raise _Unknown(e.name)
+        return v
+    if isinstance(e, ir.Load):
+        a = arrays.get(e.buffer)
+        if a is None:
+            raise _Unknown(e.buffer)
+        idx = tuple(_eval(i, env, arrays) for i in e.index)
+        if a.ndim != len(idx) or any(not 0 <= i < n for i, n in zip(idx, a.shape)):
+            raise _Unknown(f"{e.buffer}{list(idx)}")
+        return int(a[idx])
+    if isinstance(e, ir.BinOp):
+        a, b = _eval(e.a, env, arrays), _eval(e.b, env, arrays)
+        if e.op == "+":
+            return a + b
+        if e.op == "-":
+            return a - b
+        if e.op == "*":
+            return a * b
+        if e.op == "//" and b != 0:
+            return a // b
+        if e.op == "%" and b != 0:
+            return a % b
+        if e.op == "min":
+            return min(a, b)
+        if e.op == "max":
+            return max(a, b)
+        if e.op == "and":
+            return int(bool(a) and bool(b))
+        if e.op == "or":
+            return int(bool(a) or bool(b))
+        raise _Unknown(e.op)
+    if isinstance(e, ir.Cmp):
+        a, b = _eval(e.a, env, arrays), _eval(e.b, env, arrays)
+        return int({"<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b, "==": a == b, "!=": a != b}[e.op])
+    if isinstance(e, ir.Not):
+        return int(not _eval(e.a, env, arrays))
+    if isinstance(e, ir.Select):
+        return _eval(e.a, env, arrays) if _eval(e.cond, env, arrays) else _eval(e.b, env, arrays)
+    raise _Unknown(type(e).__name__)
+
+
+def _skeleton(s: ir.Stmt) -> ir.Stmt | None:
+    """``s`` with everything dropped that cannot contain a gpu_group loop, and the bodies of
+    gpu_group loops dropped (their trip counts are all the planner needs)."""
+    if isinstance(s, ir.For):
+        if s.kind == "gpu_group":
+            return ir.For(s.var, s.start, s.stop, ir.Seq(()), s.kind)
+        body = _skeleton(s.body)
+        return None if body is None else ir.For(s.var, s.start, s.stop, body, s.kind)
+    if isinstance(s, ir.Seq):
+        parts = tuple(p for p in (_skeleton(x) for x in s.stmts) if p is not None)
+        return ir.Seq(parts) if parts else None
+    if isinstance(s, (ir.Let, ir.Alloc)):
+        body = _skeleton(s.body)
+        if body is None:
+            return None
+        return ir.Let(s.var, s.value, body) if isinstance(s, ir.Let) else ir.Alloc(s.name, s.dtype, s.shape, s.scope, body)
+    if isinstance(s, ir.If):
+        then, orelse = _skeleton(s.then), (_skeleton(s.orelse) if s.orelse is not None else None)
+        if then is None and orelse is None:
+            return None
+        return ir.Seq(tuple(p for p in (then, orelse) if p is not None))  # either branch may run
+    return None
+
+
+class _Widest:
+    def __init__(self, arrays: Mapping[str, np.ndarray]) -> None:
+        self.arrays = arrays
+        self.budget = EVAL_BUDGET
+
+    def visit(self, s: ir.Stmt, env: dict[str, int | None]) -> int:
+        """The largest trip count of a gpu_group loop in ``s``; raises _Unknown."""
+        if isinstance(s, ir.Seq):
+            return max((self.visit(x, env) for x in s.stmts), default=0)
+        if isinstance(s, ir.Let):
+            try:
+                value: int | None = _eval(s.value, env, self.arrays)
+            except _Unknown:
+                value = None
+            return self.visit(s.body, {**env, s.var: value})
+        if isinstance(s, ir.Alloc):
+            return self.visit(s.body, env)
+        if isinstance(s, ir.For):
+            lo, hi = _eval(s.start, env, self.arrays), _eval(s.stop, env, self.arrays)
+            if s.kind == "gpu_group":
+                return max(0, hi - lo)
+            self.budget -= max(0, hi - lo)
+            if self.budget < 0:
+                raise _Unknown("too many iterations to evaluate on the host")
+            return max((self.visit(s.body, {**env, s.var: v}) for v in range(lo, hi)), default=0)
+        raise _Unknown(type(s).__name__)
+
+
+class KernelPlan:
+    """How to launch one kernel of a program; :meth:`config` per launch."""
+
+    def __init__(self, program: ir.Program, kernel: str, threads_per_block: int) -> None:
+        k = program.kernel(kernel)
+        nodes = list(ir.walk(k.body))
+        kinds = {n.kind for n in nodes if isinstance(n, ir.For)}
+        self.program = program
+        self.kernel = kernel
+        self.symbol = kernel_symbol(program, kernel)
+        self.params = k.params
+        self.cooperative = any(isinstance(n, ir.Barrier) and n.scope == "grid" for n in nodes)
+        self.has_groups = "gpu_group" in kinds
+        if k.threads_per_group > 1:
+            self.block = k.threads_per_group
+        elif "gpu_thread" in kinds or any(isinstance(n, ir.Barrier) and n.scope == "group" for n in nodes):
+            self.block = threads_per_block
+        else:
+            self.block = 1
+        self.shared_bytes = dynamic_shared_bytes(program, kernel, "cuda")
+        self.skeleton = _skeleton(k.body) if self.has_groups else None
+
+    def widest(self, sizes: Mapping[str, int], args: tuple[int, ...], arrays: Mapping[str, np.ndarray]) -> int | None:
+        """The most groups any gpu_group loop can use for these sizes/args/index arrays
+        (0: none; None: unknown on the host)."""
+        if self.skeleton is None:
+            return 0
+        env: dict[str, int | None] = {**{k: int(v) for k, v in sizes.items()}, **dict(zip(self.params, args))}
+        try:
+            return _Widest(arrays).visit(self.skeleton, env)
+        except _Unknown:
+            return None
+
+    def config(self, sizes: Mapping[str, int], args: tuple[int, ...], arrays: Mapping[str, np.ndarray],
+               resident_blocks: Callable[[int, int], int], sm_count: int) -> LaunchConfig:
+        """The launch for these sizes and kernel arguments. ``resident_blocks(block, shared)``
+        is the occupancy (blocks per SM) of this kernel at that block size."""
+        if not self.has_groups:
+            grid = 1
+        else:
+            per_sm = resident_blocks(self.block, self.shared_bytes)
+            if per_sm <= 0:
+                raise LaunchError(
+                    f"kernel {self.symbol} cannot run with {self.block} threads and {self.shared_bytes} bytes of "
+                    "dynamic shared memory per block on this GPU (occupancy 0): lower the schedule's threads or "
+                    "turn off persistent weights")
+            fill = per_sm * sm_count
+            want = self.widest(sizes, args, arrays)
+            grid = fill if want is None else max(1, min(want, fill))
+            if not self.cooperative and want is not None:
+                grid = max(1, want)  # grid-stride: more blocks than fit still run, in waves
+            grid = min(grid, 2**31 - 1)
+        return LaunchConfig(self.kernel, self.symbol, grid, self.block, self.shared_bytes, self.cooperative, args)
+
+
+def host_launches(program: ir.Program, sizes: Mapping[str, int]) -> list[tuple[str, tuple[int, ...]]]:
+    """The program's host steps unrolled for ``sizes``: ``(kernel, int args)`` in launch order."""
+    out: list[tuple[str, tuple[int, ...]]] = []
+
+    def run(steps: tuple, env: dict[str, int]) -> None:
+        for st in steps:
+            if isinstance(st, ir.Launch):
+                try:
+                    out.append((st.kernel, tuple(_eval(a, env, {}) for a in st.args)))
+                except _Unknown as e:
+                    raise LaunchError(f"launch of {st.kernel}: argument depends on {e}, unknown on the host") from None
+            elif isinstance(st, ir.HostFor):
+                lo, hi = _eval(st.start, env, {}), _eval(st.stop, env, {})
+                for v in range(lo, hi):
+                    run(st.body, {**env, st.var: v})
+            else:
+                raise LaunchError(f"unknown host step {st!r}")
+
+    run(program.host, {k: int(v) for k, v in sizes.items()})
+    return out
