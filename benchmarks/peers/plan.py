@@ -1,0 +1,79 @@
+"""Weights and level plans shared by the peers (see ``benchmarks/peers/__init__.py``).
+
+Pipeline position: outside the pipeline. ``TreeLSTMWeights`` restacks a zoo ``TreeLSTM``'s
+named parameters into the two matrices an implementation multiplies with (the leaf gates
+``[3H, D]`` and the internal gates ``[5H, 2H]``); ``LevelPlan`` turns a ``LinearizedBatch``
+(nodes numbered level by level, leaves first) into per-level child index arrays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from cortex.core.structure import LinearizedBatch
+
+# Internal-node gate order of the stacked matrix: the four sigmoid gates first, then u (tanh),
+# so one sigmoid covers a contiguous [n, 4H] block.
+INTERNAL_GATES = ("i", "o", "f0", "f1", "u")
+LEAF_GATES = ("i", "o", "u")
+
+
+@dataclass(frozen=True)
+class TreeLSTMWeights:
+    """A binary TreeLSTM's weights, stacked (float32 unless the model is float64)."""
+
+    hidden: int
+    E: np.ndarray  # [vocab, D]
+    W_leaf: np.ndarray  # [3H, D]: rows i, o, u
+    b_leaf: np.ndarray  # [3H]
+    U: np.ndarray  # [5H, 2H]: rows i, o, f0, f1, u; columns [left child | right child]
+    b_internal: np.ndarray  # [5H]
+
+    @staticmethod
+    def from_model(model: Any) -> "TreeLSTMWeights":
+        if getattr(model, "arity", None) != 2 or "E" not in model.params:
+            raise ValueError("the TreeLSTM peers implement the binary TreeLSTM with token input "
+                             "(TreeLSTM(vocab=..., embed=..., hidden=...)); got "
+                             f"{model!r}")
+        p = model.params
+        W_leaf = np.concatenate([p[f"W_{g}"] for g in LEAF_GATES], 0)
+        b_leaf = np.concatenate([p[f"b_{g}"] for g in LEAF_GATES], 0)
+
+        def rows(gate: str) -> np.ndarray:
+            return np.concatenate([p[f"U_{gate}_{l}"] for l in range(2)], 1)  # [H, 2H]
+
+        def bias(gate: str) -> np.ndarray:
+            return p["b_f"] if gate.startswith("f") else p[f"b_{gate}"]
+
+        U = np.concatenate([rows(g) for g in INTERNAL_GATES], 0)
+        b_int = np.concatenate([bias(g) for g in INTERNAL_GATES], 0)
+        c = np.ascontiguousarray
+        return TreeLSTMWeights(int(model.hidden), c(p["E"]), c(W_leaf), c(b_leaf), c(U), c(b_int))
+
+
+@dataclass(frozen=True)
+class LevelPlan:
+    """Per-level index arrays of a binary-tree batch (int64, for NumPy/PyTorch indexing)."""
+
+    num_nodes: int
+    num_leaves: int
+    leaf_words: np.ndarray  # [NL] token ids of nodes 0..NL-1
+    levels: tuple[tuple[int, int, np.ndarray, np.ndarray], ...]  # (lo, hi, left ids, right ids)
+    roots: np.ndarray  # [B]
+
+    @staticmethod
+    def from_batch(batch: LinearizedBatch) -> "LevelPlan":
+        if batch.max_arity not in (0, 2):
+            raise ValueError(f"LevelPlan is for binary trees; this batch has arity {batch.max_arity}")
+        nl = batch.num_leaves
+        words = None if batch.word_ids is None else batch.word_ids[:nl].astype(np.int64)
+        levels = []
+        for l in range(1, batch.num_levels):
+            lo, hi = int(batch.level_offsets[l]), int(batch.level_offsets[l + 1])
+            ct = batch.child_table[lo:hi].astype(np.int64)
+            levels.append((lo, hi, np.ascontiguousarray(ct[:, 0]), np.ascontiguousarray(ct[:, 1])))
+        return LevelPlan(batch.num_nodes, nl, words, tuple(levels),
+                         batch.roots.astype(np.int64))

@@ -1,0 +1,104 @@
+"""PyTorch peers of the other zoo models where one is easy: TreeFC and TreeGRU level-batched
+(the same scheme as the TreeLSTM peer), and the sequence LSTM as ``torch.nn.LSTM``.
+
+Pipeline position: outside the pipeline; see ``benchmarks/peers/__init__.py`` for the contract.
+Equations: ``cortex/models/tree_fc.py``, ``tree_gru.py``, ``sequence.py`` (binary trees, token
+input). Index tensors and the embedding-lookup ids are prepared outside the timed call.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from benchmarks.peers.plan import LevelPlan
+
+
+def _t(a: np.ndarray):
+    import torch
+
+    return torch.from_numpy(np.ascontiguousarray(a))
+
+
+def _levels(plan: LevelPlan):
+    return [(lo, hi, _t(l), _t(r)) for lo, hi, l, r in plan.levels]
+
+
+def build_treefc_levels(model: Any, batch: Any) -> Callable[[], dict[str, np.ndarray]]:
+    import torch
+
+    p, plan, H = model.params, LevelPlan.from_batch(batch), model.hidden
+    E, We_T, be = _t(p["E"]), _t(p["W_e"].T), _t(p["b_e"])
+    W_T = _t(np.concatenate([p["W_0"], p["W_1"]], 1).T)  # [2H, H]
+    b = _t(p["b"])
+    words, roots, levels = _t(plan.leaf_words), _t(plan.roots), _levels(plan)
+    nl, n = plan.num_leaves, plan.num_nodes
+
+    def run() -> dict[str, np.ndarray]:
+        with torch.inference_mode():
+            h = torch.empty((n, H))
+            h[:nl] = torch.relu(torch.addmm(be, E.index_select(0, words), We_T))
+            for lo, hi, left, right in levels:
+                x = torch.cat((h.index_select(0, left), h.index_select(0, right)), 1)
+                h[lo:hi] = torch.relu(torch.addmm(b, x, W_T))
+            return {"h": h.index_select(0, roots).numpy()}
+
+    return run
+
+
+def build_treegru_levels(model: Any, batch: Any) -> Callable[[], dict[str, np.ndarray]]:
+    import torch
+
+    p, plan, H = model.params, LevelPlan.from_batch(batch), model.hidden
+    E, We_T, be = _t(p["E"]), _t(p["W_e"].T), _t(p["b_e"])
+
+    def pair(g: str) -> np.ndarray:
+        return np.concatenate([p[f"U_{g}_0"], p[f"U_{g}_1"]], 1)  # [H, 2H]
+
+    RZ_T = _t(np.concatenate([pair("r"), pair("z")], 0).T)  # [2H, 2H]
+    b_rz = _t(np.concatenate([p["b_r"], p["b_z"]]))
+    N_T, b_n = _t(pair("n").T), _t(p["b_n"])
+    words, roots, levels = _t(plan.leaf_words), _t(plan.roots), _levels(plan)
+    nl, n = plan.num_leaves, plan.num_nodes
+
+    def run() -> dict[str, np.ndarray]:
+        with torch.inference_mode():
+            h = torch.empty((n, H))
+            h[:nl] = torch.tanh(torch.addmm(be, E.index_select(0, words), We_T))
+            for lo, hi, left, right in levels:
+                hl, hr = h.index_select(0, left), h.index_select(0, right)
+                rz = torch.sigmoid(torch.addmm(b_rz, torch.cat((hl, hr), 1), RZ_T))
+                r, z = rz[:, :H], rz[:, H:]
+                cand = torch.tanh(torch.addmm(b_n, torch.cat((r * hl, r * hr), 1), N_T))
+                h[lo:hi] = (1.0 - z) * cand + z * (0.5 * (hl + hr))
+            return {"h": h.index_select(0, roots).numpy()}
+
+    return run
+
+
+def build_seqlstm_nn(model: Any, sequences: list[np.ndarray]) -> Callable[[], dict[str, np.ndarray]]:
+    """``torch.nn.LSTM`` over equal-length token sequences ``[T]`` (a batch of B of them)."""
+    import torch
+
+    lengths = {len(s) for s in sequences}
+    if len(lengths) != 1:
+        raise ValueError(f"the nn.LSTM peer takes equal-length sequences, got lengths {sorted(lengths)}")
+    p, H = model.params, model.hidden
+    gates = ("i", "f", "g", "o")  # PyTorch's row order
+    lstm = torch.nn.LSTM(model.input_size, H)
+    with torch.no_grad():
+        lstm.weight_ih_l0.copy_(_t(np.concatenate([p[f"W_{g}"] for g in gates], 0)))
+        lstm.weight_hh_l0.copy_(_t(np.concatenate([p[f"U_{g}"] for g in gates], 0)))
+        lstm.bias_ih_l0.copy_(_t(np.concatenate([p[f"b_{g}"] for g in gates], 0)))
+        lstm.bias_hh_l0.zero_()
+    lstm.eval()
+    E = _t(p["E"])
+    ids = _t(np.stack([np.asarray(s, dtype=np.int64) for s in sequences], 1))  # [T, B]
+
+    def run() -> dict[str, np.ndarray]:
+        with torch.inference_mode():
+            _, (h, c) = lstm(E[ids])
+            return {"h": h[0].numpy(), "c": c[0].numpy()}
+
+    return run
