@@ -193,3 +193,24 @@ def test_origin_slices_and_errors() -> None:
     assert batch.origin[:2] == [(0, "root.0"), (0, "root.1")]
     with pytest.raises(KeyError):
         batch.origin.row(1, 5)
+
+
+@pytest.mark.parametrize("field, value", [
+    ("level_offsets", [0, 2, 5]),  # wrong level split: a leaf in level 1
+    ("child_ids", [1, 2, 0, 5]),  # child id out of range
+    ("child_ids", [1, 2, 4, 3]),  # a child after its parent
+    ("roots", [3]),  # not the node without parent
+    ("node_input", [0, 0, 0, 0, 1]),  # node_input beyond the batch
+    ("child_table", [[-1, -1]] * 3 + [[1, 2], [3, 0]]),  # table disagrees with the CSR
+    ("word_ids", [1, 2, 3, -1, -5]),
+])
+def test_validate_catches_corruption(field: str, value: list) -> None:
+    import dataclasses
+
+    from cortex.core.structure import InvariantError
+
+    good = linearize("(3 (2 It) (4 (2 's) (3 fine)))", vocab=VOCAB, cache=False)
+    good.validate()
+    bad = dataclasses.replace(good, **{field: np.array(value, dtype=np.int32)})
+    with pytest.raises(InvariantError):
+        bad.validate()
