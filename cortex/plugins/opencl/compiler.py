@@ -30,7 +30,9 @@ from cortex.plugins.opencl.runtime import FORMS, CompiledProgram
 
 #: Changes whenever the generated code or build flags change for the same program.
 CODEGEN_REVISION = "1"
-BUILD_OPTIONS: tuple[str, ...] = ()
+#: With ``fast_math`` (the default): let the driver reassociate float sums, so a GEMV row's dot
+#: product vectorizes (without it each dot product is one serial chain of dependent adds).
+FAST_MATH_OPTIONS: tuple[str, ...] = ("-cl-unsafe-math-optimizations",)
 
 
 class OpenCLBuildError(CortexError, RuntimeError):
@@ -73,7 +75,7 @@ class OpenCLRenderer(Renderer):
     def render(self, program: Any) -> Source:
         if not isinstance(program, ir.Program):
             raise TypeError(f"the opencl renderer takes a LoopProgram, not {type(program).__name__}")
-        full = add_single_group(program)
+        full = add_single_group(forms.to_work_groups(program))
         if forms.needs_single_group(program):  # its kernels' grid barriers are unusable here
             full = ir.Program(program.name, program.sizes, program.buffers,
                               (full.kernel(forms.SINGLE_KERNEL),), ())
@@ -98,24 +100,24 @@ class OpenCLCompiler(Compiler):
             version = "?"
         info = device.info
         self.identity = f"cortex-opencl {CODEGEN_REVISION}; pyopencl {version}; {info.label}; {info.driver}"
-        self._built: dict[str, Any] = {}
+        self._built: dict[tuple[str, tuple[str, ...]], Any] = {}
 
-    def build(self, text: str, name: str) -> Any:
-        """The ``cl.Program`` for ``text`` (built once per text in this process)."""
+    def build(self, text: str, name: str, options: tuple[str, ...] = ()) -> Any:
+        """The ``cl.Program`` for ``text`` built with ``options`` (once per pair in this process)."""
         import pyopencl as cl
 
-        found = self._built.get(text)
+        found = self._built.get((text, options))
         if found is not None:
             return found
         try:
-            built = cl.Program(self.device.context, text).build(options=list(BUILD_OPTIONS))
+            built = cl.Program(self.device.context, text).build(options=list(options))
         except Exception as exc:  # cl.RuntimeError (build failure) or LogicError
             path = write_source(text, name)
             log = _build_log(exc)
             raise OpenCLBuildError(
                 f"the OpenCL compiler of {self.device.info.label} rejected the generated source "
                 f"for {name!r} (saved at {path}); build log:\n{log}", log, path) from None
-        self._built[text] = built
+        self._built[(text, options)] = built
         return built
 
     def compile(self, source: Source, options: Mapping[str, Any]) -> CompiledProgram:
@@ -126,7 +128,8 @@ class OpenCLCompiler(Compiler):
         form = str(options.get("form", "auto"))
         if form not in FORMS:
             raise ValueError(f"form must be one of {FORMS}, got {form!r}")
-        built = self.build(str(source), program.name)
+        flags = FAST_MATH_OPTIONS if options.get("fast_math", True) else ()
+        built = self.build(str(source), program.name, flags)
         return CompiledProgram(program, built, self.device,
                                work_group_size=int(options.get("work_group_size", 0) or 0), form=form)
 

@@ -174,21 +174,42 @@ def describe(device: Any) -> DeviceInfo:
 def capabilities(info: DeviceInfo) -> Capabilities:
     """What the scheduler may assume of this device.
 
-    Kernels run over a grid of work-groups with a work-group barrier; OpenCL has no grid-wide
-    barrier, so one call is a host loop of launches (``single_call=False``; the backend fuses
-    the launches into one single-work-group kernel for small inputs, see ``forms``)."""
-    cpu = info.kind == "CPU"
+    A GPU/accelerator is a grid target: work-groups with a work-group barrier, no grid-wide
+    barrier (OpenCL has none), so one call is a host loop of launches (``single_call=False``).
+
+    A CPU device is described as the CPU it is (``has_grid=False``): its work-groups are CPU
+    threads and its compiler vectorizes loops itself, so the scheduler picks CPU knobs (row-major
+    weights, whose GEMV rows the driver vectorizes as dot products) and the backend maps the
+    ``parallel`` loops onto work-groups and work-items (``forms.to_work_groups``). The OpenCL
+    dialect has no SIMD-loop spelling, so no vector width is offered (``vector_bits=0``).
+
+    Either way the backend also builds every level into one single-work-group kernel for small
+    inputs (``forms.single_group_kernel``)."""
+    if info.kind == "CPU":
+        return Capabilities(
+            has_grid=False,
+            grid_barrier=False,
+            group_barrier=True,
+            max_threads_per_group=info.max_work_group_size,
+            max_groups=info.compute_units,
+            num_cores=info.compute_units,
+            shared_memory_bytes=0,
+            cache_bytes_per_core=info.cache_bytes // max(1, info.compute_units),
+            vector_bits=0,
+            supports_fp64=info.fp64,
+            dialect="opencl",
+            single_call=False,
+        )
     return Capabilities(
         has_grid=True,
         grid_barrier=False,
         group_barrier=True,
         max_threads_per_group=info.max_work_group_size,
-        # groups that make progress at once: one per core on a CPU device, a few per CU elsewhere
-        max_groups=info.compute_units * (1 if cpu else 8),
+        max_groups=info.compute_units * 8,
         num_cores=info.compute_units,
         shared_memory_bytes=info.local_mem_bytes,
-        cache_bytes_per_core=info.cache_bytes // max(1, info.compute_units) if cpu else 0,
-        vector_bits=32 * info.native_float_lanes if cpu else 0,
+        cache_bytes_per_core=0,
+        vector_bits=0,
         supports_fp64=info.fp64,
         dialect="opencl",
         single_call=False,

@@ -113,6 +113,41 @@ def needs_single_group(program: ir.Program) -> bool:
     return any(_has_grid_barrier(k.body) for k in program.kernels if k.name != SINGLE_KERNEL)
 
 
+def to_work_groups(program: ir.Program) -> ir.Program:
+    """CPU-style parallel loops -> OpenCL work-groups and work-items.
+
+    On a CPU OpenCL device the scheduler sees a CPU (``Capabilities.has_grid`` False) and marks
+    loops ``parallel``; here, in each kernel, the outermost ``parallel`` loops (not inside a
+    serial loop) become ``gpu_group`` loops and the outermost ``parallel`` loops inside those
+    become ``gpu_thread`` loops; deeper ones run serially within their work-item. Parallel
+    loops promise no loop-carried dependence, so any such mapping is legal."""
+
+    def stmt(s: ir.Stmt, depth: int) -> ir.Stmt:
+        # depth: 0 = no group loop above, 1 = inside a group loop, 2 = inside a thread loop,
+        # 3 = inside a serial loop (no mapping below)
+        if isinstance(s, ir.For):
+            kind, inner = s.kind, depth
+            if s.kind == "parallel":
+                kind, inner = {0: ("gpu_group", 1), 1: ("gpu_thread", 2)}.get(depth, ("serial", depth))
+            elif s.kind in ("gpu_group", "gpu_thread"):
+                inner = 1 if s.kind == "gpu_group" else 2
+            elif depth == 0:  # a serial loop around group loops would need a grid barrier
+                inner = 3
+            body = stmt(s.body, inner)
+            return replace(s, kind=kind, body=body)
+        if isinstance(s, ir.Seq):
+            return ir.Seq(tuple(stmt(x, depth) for x in s.stmts))
+        if isinstance(s, (ir.Let, ir.Alloc)):
+            return replace(s, body=stmt(s.body, depth))
+        if isinstance(s, ir.If):
+            return replace(s, then=stmt(s.then, depth),
+                           orelse=None if s.orelse is None else stmt(s.orelse, depth))
+        return s
+
+    kernels = tuple(replace(k, body=stmt(k.body, 0)) for k in program.kernels)
+    return replace(program, kernels=kernels)
+
+
 # ------------------------------------------------------------------------- host evaluation
 
 

@@ -39,6 +39,9 @@ OPTIONS = (
     TargetOption("form", str, "auto", "execution shape: one launch per level, or every level in "
                  "one single-work-group launch; 'auto' picks per call by input size",
                  choices=("auto", "per_level", "single_group")),
+    TargetOption("fast_math", bool, True, "let the OpenCL compiler reassociate float sums "
+                 "(-cl-unsafe-math-optimizations) so dot products vectorize; results change by "
+                 "rounding only"),
 )
 
 
