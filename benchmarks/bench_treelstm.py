@@ -235,7 +235,7 @@ def check(case: Case, got: dict[str, np.ndarray]) -> None:
 def peer_builders(name: str, args: argparse.Namespace, torch_ok: str | None,
                   cuda: bool) -> list[tuple[str, str, Callable[[Workload], Any]]]:
     """(peer name, device, builder) for a model. Builders return a run closure, or a
-    (run, compile seconds) pair."""
+    (run, compile seconds, compile was cold) triple."""
     from benchmarks.peers import dynet_peer, numpy_peer
 
     out: list[tuple[str, str, Callable[[Workload], Any]]] = []
@@ -278,8 +278,9 @@ def prepare_peer(work: Workload, pname: str, device: str, builder: Callable) -> 
         case.status, case.reason = "error", f"{type(exc).__name__}: {exc}"
         return case
     if isinstance(built, tuple):
-        built, compile_s = built
+        built, compile_s, cold = built
         case.info["compile_s"] = compile_s
+        case.info["compile_cold"] = cold
     case.fn = built
     check(case, built())
     return case
@@ -457,7 +458,9 @@ def run(argv: list[str] | None = None, log: Callable[[str], None] | None = None)
                 log(f"compiling {name} for {t}")
                 exes[t] = compile_target(model, t)
                 exe, secs, why = exes[t]
+                again = compile_target(model, t)[1] if exe is not None else None
                 compile_info.append({"model": name, "target": t, "compile_s": secs if exe else None,
+                                     "compile_again_s": again,
                                      "status": "ok" if exe is not None else "unavailable",
                                      "reason": why})
         for b in s.batches:
