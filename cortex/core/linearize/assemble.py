@@ -272,7 +272,7 @@ def assemble(parts: list[Part], *, arity: int | None, vocab_size: int | None,
     eorder = np.argsort(new_parent.astype(np.uint16) if n < 65536 else new_parent,
                         kind="stable")
     rows = new_parent[eorder]
-    child_ids = new_id[ec[eorder]]
+    child_ids = new_id[ec[eorder]].astype(INDEX_DTYPE)
     arity_new = np.bincount(rows, minlength=n)
     child_offsets = np.zeros(n + 1, INDEX_DTYPE)
     child_offsets[1:] = arity_new.cumsum()
@@ -295,14 +295,14 @@ def assemble(parts: list[Part], *, arity: int | None, vocab_size: int | None,
     labels = _labels(parts, batch)
 
     table = np.full((n, max_arity), -1, INDEX_DTYPE)
-    if len(rows):
-        table[rows, np.arange(len(rows)) - child_offsets[rows]] = child_ids
+    if len(rows):  # flat scatter: row * width + position among the row's children
+        table.ravel()[np.arange(len(rows)) + (rows * max_arity - child_offsets[rows])] = child_ids
     node_input_new = node_input[order]
     return LinearizedBatch(
         num_nodes=n,
         level_offsets=_frozen(level_offsets),
         child_offsets=_frozen(child_offsets),
-        child_ids=_frozen(child_ids.astype(INDEX_DTYPE)),
+        child_ids=_frozen(child_ids),
         child_table=_frozen(table),
         roots=_frozen(new_id[root_pre].astype(INDEX_DTYPE)),
         node_input=_frozen(node_input_new.astype(INDEX_DTYPE)),
