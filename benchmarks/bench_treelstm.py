@@ -260,6 +260,10 @@ def peer_builders(name: str, args: argparse.Namespace, torch_ok: str | None,
             out.append(("torch_levels", "cpu", lambda w: to.build_treegru_levels(w.model, w.batch)))
         elif name == "SeqLSTM":
             out.append(("torch_nn_lstm", "cpu", lambda w: to.build_seqlstm_nn(w.model, w.raw)))
+        elif name == "MVRNN":
+            out.append(("torch_levels", "cpu", lambda w: to.build_mvrnn_levels(w.model, w.batch)))
+        elif name == "DAGRNN":
+            out.append(("torch_levels", "cpu", lambda w: to.build_dagrnn_levels(w.model, w.batch)))
     return out
 
 

@@ -15,5 +15,5 @@ its linearizer.
 
 Modules: ``plan`` (weights and level plans shared by the peers), ``torch_peers`` (PyTorch eager
 naive and level-batched, on CPU or CUDA, and torch.compile), ``numpy_peer``, ``dynet_peer``,
-``torch_other`` (TreeFC, TreeGRU, SeqLSTM peers).
+``torch_other`` (TreeFC, TreeGRU, MV-RNN, DAG-RNN, SeqLSTM peers).
 """

@@ -1,9 +1,9 @@
-"""PyTorch peers of the other zoo models where one is easy: TreeFC and TreeGRU level-batched
+"""PyTorch peers of the other zoo models: TreeFC, TreeGRU, MV-RNN and DAG-RNN level-batched
 (the same scheme as the TreeLSTM peer), and the sequence LSTM as ``torch.nn.LSTM``.
 
 Pipeline position: outside the pipeline; see ``benchmarks/peers/__init__.py`` for the contract.
-Equations: ``cortex/models/tree_fc.py``, ``tree_gru.py``, ``sequence.py`` (binary trees, token
-input). Index tensors and the embedding-lookup ids are prepared outside the timed call.
+Equations: ``cortex/models/`` (tree_fc, tree_gru, mvrnn, dagrnn, sequence). Index tensors,
+the embedding-lookup ids and the DAG-RNN's float32 features are prepared outside the timed call.
 """
 
 from __future__ import annotations
@@ -100,5 +100,64 @@ def build_seqlstm_nn(model: Any, sequences: list[np.ndarray]) -> Callable[[], di
         with torch.inference_mode():
             _, (h, c) = lstm(E[ids])
             return {"h": h[0].numpy(), "c": c[0].numpy()}
+
+    return run
+
+
+def build_mvrnn_levels(model: Any, batch: Any) -> Callable[[], dict[str, np.ndarray]]:
+    """MV-RNN level-batched: ``bmm`` for the matrix-vector products of a level's nodes and one
+    batched ``W_M @ [A; B]`` for their matrices."""
+    import torch
+
+    p, plan, H = model.params, LevelPlan.from_batch(batch), model.hidden
+    E, M_E = _t(p["E"]), _t(p["M_E"])
+    W_T, b_W, W_M = _t(p["W"].T), _t(p["b_W"]), _t(p["W_M"])
+    words, roots, levels = _t(plan.leaf_words), _t(plan.roots), _levels(plan)
+    nl, n = plan.num_leaves, plan.num_nodes
+
+    def run() -> dict[str, np.ndarray]:
+        with torch.inference_mode():
+            h = torch.empty((n, H))
+            M = torch.empty((n, H, H))
+            h[:nl] = E.index_select(0, words)
+            M[:nl] = M_E.index_select(0, words)
+            for lo, hi, left, right in levels:
+                a, A = h.index_select(0, left), M.index_select(0, left)
+                b, B = h.index_select(0, right), M.index_select(0, right)
+                x = torch.cat((torch.bmm(B, a.unsqueeze(2)), torch.bmm(A, b.unsqueeze(2))), 1)
+                h[lo:hi] = torch.tanh(torch.addmm(b_W, x.squeeze(2), W_T))
+                M[lo:hi] = torch.matmul(W_M, torch.cat((A, B), 1))
+            return {"h": h.index_select(0, roots).numpy(), "M": M.index_select(0, roots).numpy()}
+
+    return run
+
+
+def build_dagrnn_levels(model: Any, batch: Any) -> Callable[[], dict[str, np.ndarray]]:
+    """DAG-RNN level-batched over the CSR child lists: the predecessors' ``h`` rows summed per
+    node with ``index_add`` (``sum_p W h_p = W sum_p h_p``), one ``addmm`` per level for the
+    input term (all cells' ``U x + b`` in one GEMM up front)."""
+    import torch
+
+    p, H = model.params, model.hidden
+    U_T, W_T, b = _t(p["U"].T), _t(p["W"].T), _t(p["b"])
+    x = _t(batch.features.astype(p["U"].dtype))
+    offs = batch.child_offsets.astype(np.int64)
+    levels = []
+    for l in range(1, batch.num_levels):
+        lo, hi = int(batch.level_offsets[l]), int(batch.level_offsets[l + 1])
+        counts = np.diff(offs[lo : hi + 1])
+        child = batch.child_ids[offs[lo] : offs[hi]].astype(np.int64)
+        levels.append((lo, hi, _t(child), _t(np.repeat(np.arange(hi - lo), counts))))
+    nl, n, roots = batch.num_leaves, batch.num_nodes, _t(batch.roots.astype(np.int64))
+
+    def run() -> dict[str, np.ndarray]:
+        with torch.inference_mode():
+            ux = torch.addmm(b, x, U_T)  # [N, H]: every cell's input term
+            h = torch.empty((n, H))
+            h[:nl] = torch.tanh(ux[:nl])
+            for lo, hi, child, seg in levels:
+                s = torch.zeros((hi - lo, H)).index_add_(0, seg, h.index_select(0, child))
+                h[lo:hi] = torch.tanh(torch.addmm(ux[lo:hi], s, W_T))
+            return {"h": h.index_select(0, roots).numpy()}
 
     return run

@@ -82,6 +82,7 @@ def test_every_installed_peer_matches_the_reference(doc: dict) -> None:
     if HAS_TORCH:
         want |= {("TreeLSTM", "torch_naive"), ("TreeLSTM", "torch_levels"),
                  ("TreeGRU", "torch_levels"), ("TreeFC", "torch_levels"),
+                 ("MVRNN", "torch_levels"), ("DAGRNN", "torch_levels"),
                  ("SeqLSTM", "torch_nn_lstm")}
     if HAS_DYNET:
         want.add(("TreeLSTM", "dynet_autobatch"))
