@@ -1,0 +1,872 @@
+"""LoopProgram -> LLVM IR (``llvmlite.ir``): the code generator of the ``llvm`` target.
+
+Pipeline position: the renderer of the ``llvm`` backend. It takes a scheduled, verified
+:class:`~cortex.core.loopir.Program` and returns LLVM IR text that
+:mod:`cortex.plugins.cpu_llvm.jit` optimizes and JIT-compiles. Semantics are the interpreter's
+(:func:`cortex.core.interpret.run`); the tests hold the two together.
+
+Execution model (SPMD over a fixed team of threads)
+---------------------------------------------------
+The whole call — host steps, every kernel launch, every level — runs inside one native call.
+``cx_run(bufs, sizes)`` publishes the arguments to the team and runs ``cx_spmd(bufs, sizes,
+tid=0, nthreads)`` on the calling thread; the persistent worker threads (created once per
+executable by ``cx_start``, see :mod:`cortex.plugins.cpu_llvm.runtime`) run the same function
+with their own ``tid``. Every thread executes the host steps and the kernels' serial code; the
+*outermost* ``parallel`` (or ``gpu_group``) loop of a kernel is split into one contiguous chunk
+per thread. Synchronization:
+
+* ``Barrier("grid")`` is a team-wide spin barrier (a counter and a generation word);
+* every kernel launch ends with a team barrier (a launch boundary is a sync point), so the
+  ``per_level`` form is correct too;
+* ``Barrier("group")`` is a no-op: a group (the body of one ``gpu_group`` iteration) runs on one
+  thread, whose ``gpu_thread`` loops run in order;
+* a statement outside the partitioned loop that stores to a global buffer and contains no
+  parallel loop or barrier runs on thread 0 only, followed by a barrier (no duplicated
+  read-modify-write); private/shared allocs are per thread (stack arrays).
+
+Loops and vectors: ``vectorized`` loops carry ``llvm.loop.vectorize`` metadata with their width,
+``unrolled`` loops ``llvm.loop.unroll.full``; reductions accumulate with ``reassoc contract``
+fast-math flags so LLVM's loop vectorizer turns GEMV dot products into SIMD FMAs with several
+accumulators. A ``Select`` whose condition does not depend on the reduction variable is hoisted
+out of a ``Reduce`` (two loop versions), so guarded child loads ``select(c >= 0, h[c, k], 0)``
+leave a branch-free inner loop. Integer arithmetic is 32-bit with ``nsw`` (as in the C renderer);
+flat offsets are 64-bit. Math: ``exp log sqrt abs fma`` are LLVM intrinsics; ``tanh`` and
+``sigmoid`` are written with ``exp`` (``sigmoid(x) = 1/(1+exp(-x))``, ``tanh(x) = 1 -
+2/(exp(2x)+1)``, exact at +-inf).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llvmlite import ir as ll
+
+from cortex.core import loopir as ir
+
+I1 = ll.IntType(1)
+I8 = ll.IntType(8)
+I32 = ll.IntType(32)
+I64 = ll.IntType(64)
+F32 = ll.FloatType()
+F64 = ll.DoubleType()
+PTR = ll.PointerType()
+VOID = ll.VoidType()
+LTYPE = {"int32": I32, "bool": I1, "float32": F32, "float64": F64}
+SIZEOF = {"int32": 4, "bool": 1, "float32": 4, "float64": 8}
+_INT_CMP = {"<": "<", "<=": "<=", ">": ">", ">=": ">=", "==": "==", "!=": "!="}
+MAX_THREADS = 64
+PARTITIONED_KINDS = ("parallel", "gpu_group")
+FAST_REDUCE = ("reassoc", "contract")
+
+
+class CodegenError(ir.LoopIRError):
+    """The program uses a construct the ``llvm`` code generator cannot express."""
+
+
+@dataclass(frozen=True)
+class Symbols:
+    """Exported function names of a generated module."""
+
+    run: str = "cx_run"  # void cx_run(void** bufs, int32* sizes): one call, whole recursion
+    start: str = "cx_start"  # void cx_start(int32 nthreads): create the worker threads
+    stop: str = "cx_stop"  # void cx_stop(void): stop and join them
+
+
+SYMBOLS = Symbols()
+
+
+def _contains(node: ir.Node, pred) -> bool:
+    return any(pred(n) for n in ir.walk(node))
+
+
+def _uses_var(node: ir.Node, name: str) -> bool:
+    return _contains(node, lambda n: isinstance(n, ir.Var) and n.name == name)
+
+
+def _needs_branch(e: ir.Expr) -> bool:
+    """True when evaluating ``e`` unconditionally could fault or cost a loop (loads, division,
+    reductions): such a Select side is evaluated under a branch."""
+    return _contains(e, lambda n: isinstance(n, (ir.Load, ir.Reduce))
+                     or (isinstance(n, ir.BinOp) and n.op in ("//", "%")))
+
+
+class _Module:
+    """Module-wide pieces: runtime globals, intrinsics, helper functions."""
+
+    def __init__(self, program: ir.Program, vector_bits: int) -> None:
+        self.program = program
+        self.m = ll.Module(name=program.name)
+        self.vector_bits = vector_bits
+        import llvmlite.binding as llvm
+
+        self.x86 = llvm.get_process_triple().startswith(("x86_64", "i686", "i386"))
+        self.fns: dict[str, ll.Function] = {}
+        # team state: generation (work published), stop flag, nthreads, barrier count+generation
+        self.g_gen = self._global("cx_gen", I32)
+        self.g_gen0 = self._global("cx_gen0", I32)
+        self.g_stop = self._global("cx_stop_flag", I32)
+        self.g_nth = self._global("cx_nthreads", I32, 1)
+        self.g_bar_count = self._global("cx_bar_count", I32)
+        self.g_bar_gen = self._global("cx_bar_gen", I32)
+        self.g_bufs = self._global("cx_args_bufs", PTR, None)
+        self.g_sizes = self._global("cx_args_sizes", PTR, None)
+        self.g_threads = ll.GlobalVariable(self.m, ll.ArrayType(I64, MAX_THREADS), "cx_threads")
+        self.g_threads.linkage = "internal"
+        self.g_threads.initializer = ll.Constant(ll.ArrayType(I64, MAX_THREADS), None)
+
+    def _global(self, name: str, ty: ll.Type, value: int | None = 0) -> ll.GlobalVariable:
+        g = ll.GlobalVariable(self.m, ty, name)
+        g.linkage = "internal"
+        g.initializer = ll.Constant(ty, value)
+        g.align = 64  # one cache line each: no false sharing between the spin words
+        return g
+
+    def decl(self, name: str, ret: ll.Type, args: list[ll.Type]) -> ll.Function:
+        if name not in self.fns:
+            self.fns[name] = ll.Function(self.m, ll.FunctionType(ret, args), name)
+        return self.fns[name]
+
+    def intrinsic(self, name: str, dtype: str, nargs: int = 1) -> ll.Function:
+        t = LTYPE[dtype]
+        suffix = "f32" if dtype == "float32" else "f64"
+        return self.decl(f"llvm.{name}.{suffix}", t, [t] * nargs)
+
+    def pause(self, b: ll.IRBuilder) -> None:
+        """A spin-wait hint (x86 ``pause``); nothing on other architectures."""
+        if self.x86:
+            b.call(self.decl("llvm.x86.sse2.pause", VOID, []), [])
+
+
+def _fmt(ty_val) -> str:
+    return str(ty_val)
+
+
+class _KernelGen:
+    """Emits one kernel function: ``void k(bufs..., sizes..., params..., tid, nthreads)``."""
+
+    def __init__(self, mod: _Module, kernel: ir.Kernel, barrier: ll.Function) -> None:
+        self.mod = mod
+        p = mod.program
+        self.p = p
+        self.kernel = kernel
+        self.barrier_fn = barrier
+        args = [PTR] * len(p.buffers) + [I32] * (len(p.sizes) + len(kernel.params) + 2)
+        self.fn = ll.Function(mod.m, ll.FunctionType(VOID, args), f"cx_kernel_{kernel.name}")
+        self.fn.linkage = "internal"
+        self.fn.attributes.add("alwaysinline")
+        self.fn.attributes.add("nounwind")
+        self.env: dict[str, tuple[ll.Value, str]] = {}
+        self.ptrs: dict[str, ll.Value] = {}
+        self.dtypes = {bf.name: bf.dtype for bf in p.buffers}
+        self.allocs: dict[str, ir.Alloc] = {}
+        it = iter(self.fn.args)
+        for bf in p.buffers:
+            a = next(it)
+            a.name = f"buf_{bf.name}"
+            a.add_attribute("noalias")
+            self.ptrs[bf.name] = a
+        for s in p.sizes:
+            a = next(it)
+            a.name = s.name
+            self.env[s.name] = (a, ir.INT)
+        for name in kernel.params:
+            a = next(it)
+            a.name = name
+            self.env[name] = (a, ir.INT)
+        self.tid = next(it)
+        self.tid.name = "tid"
+        self.nth = next(it)
+        self.nth.name = "nthreads"
+        self.alloca_bb = self.fn.append_basic_block("allocas")
+        self.entry_builder = ll.IRBuilder(self.alloca_bb)
+        self.b = ll.IRBuilder(self.fn.append_basic_block("entry"))
+        self.partitioned = False  # inside the loop that is split across threads
+        self.loop_id = 0
+
+    # ---------------------------------------------------------------- helpers
+    def dtype(self, e: ir.Expr) -> str:
+        return ir.infer_dtype(e, self.dtypes)
+
+    def block(self, name: str) -> ll.Block:
+        return self.fn.append_basic_block(name)
+
+    def i64(self, v: ll.Value) -> ll.Value:
+        return self.b.sext(v, I64)
+
+    def address(self, name: str, index: tuple[ir.Expr, ...]) -> tuple[ll.Value, ll.Type]:
+        if name in self.allocs:
+            a = self.allocs[name]
+            if len(index) != len(a.shape):
+                raise CodegenError(f"access {name} with {len(index)} indices; it has {len(a.shape)} dims")
+            off = self.i64(self.expr(index[0]))
+            for i, d in zip(index[1:], a.shape[1:]):
+                off = self.b.add(self.b.mul(off, ll.Constant(I64, d), flags=["nsw"]), self.i64(self.expr(i)), flags=["nsw"])
+            ty = LTYPE[a.dtype]
+            return self.b.gep(self.ptrs[name], [off], inbounds=True, source_etype=ty), ty
+        bf = self.p.buffer(name)
+        if len(index) != len(bf.shape):
+            raise CodegenError(f"access {name} with {len(index)} indices; it has {len(bf.shape)} dims")
+        off = self.i64(self.expr(index[0]))
+        for i, d in zip(index[1:], bf.shape[1:]):
+            off = self.b.add(self.b.mul(off, self.i64(self.expr(d)), flags=["nsw"]), self.i64(self.expr(i)), flags=["nsw"])
+        ty = LTYPE[bf.dtype]
+        return self.b.gep(self.ptrs[name], [off], inbounds=True, source_etype=ty), ty
+
+    def fconst(self, value: float, dtype: str) -> ll.Constant:
+        return ll.Constant(LTYPE[dtype], float(value))
+
+    # ---------------------------------------------------------------- expressions
+    def expr(self, e: ir.Expr) -> ll.Value:
+        b = self.b
+        if isinstance(e, ir.Const):
+            if e.dtype == ir.BOOL:
+                return ll.Constant(I1, int(bool(e.value)))
+            if e.dtype == ir.INT:
+                v = int(e.value)
+                if not -2**31 <= v < 2**31:
+                    raise CodegenError(f"int constant {v} does not fit int32")
+                return ll.Constant(I32, v)
+            return ll.Constant(LTYPE[e.dtype], float(e.value))
+        if isinstance(e, ir.Var):
+            try:
+                return self.env[e.name][0]
+            except KeyError:
+                raise CodegenError(f"unbound variable {e.name!r} in kernel {self.kernel.name}") from None
+        if isinstance(e, ir.Load):
+            ptr, ty = self.address(e.buffer, e.index)
+            return b.load(ptr, typ=ty)
+        if isinstance(e, ir.BinOp):
+            return self.binop(e)
+        if isinstance(e, ir.Cmp):
+            t = self.dtype(e.a)
+            x, y = self.expr(e.a), self.expr(e.b)
+            if t in ir.FLOAT_DTYPES:
+                if e.op == "!=":
+                    return b.fcmp_unordered("!=", x, y)
+                return b.fcmp_ordered(e.op, x, y)
+            if t == ir.BOOL:
+                return b.icmp_unsigned(e.op, x, y)
+            return b.icmp_signed(e.op, x, y)
+        if isinstance(e, ir.Not):
+            return b.xor(self.to_bool(e.a), ll.Constant(I1, 1))
+        if isinstance(e, ir.Select):
+            return self.select(e)
+        if isinstance(e, ir.Cast):
+            return self.cast(e)
+        if isinstance(e, ir.Call):
+            return self.call(e)
+        if isinstance(e, ir.Reduce):
+            return self.reduce(e)
+        raise CodegenError(f"cannot generate code for expression {e!r}")
+
+    def to_bool(self, e: ir.Expr) -> ll.Value:
+        v = self.expr(e)
+        t = self.dtype(e)
+        if t == ir.BOOL:
+            return v
+        if t == ir.INT:
+            return self.b.icmp_signed("!=", v, ll.Constant(I32, 0))
+        return self.b.fcmp_unordered("!=", v, self.fconst(0.0, t))
+
+    def binop(self, e: ir.BinOp) -> ll.Value:
+        b = self.b
+        if e.op in ("and", "or"):
+            x = self.to_bool(e.a)
+            if not _needs_branch(e.b):
+                y = self.to_bool(e.b)
+                return b.and_(x, y) if e.op == "and" else b.or_(x, y)
+            start = b.block
+            rhs_bb, done = self.block("sc_rhs"), self.block("sc_done")
+            if e.op == "and":
+                b.cbranch(x, rhs_bb, done)
+            else:
+                b.cbranch(x, done, rhs_bb)
+            b.position_at_end(rhs_bb)
+            y = self.to_bool(e.b)
+            rhs_end = b.block
+            b.branch(done)
+            b.position_at_end(done)
+            phi = b.phi(I1)
+            phi.add_incoming(ll.Constant(I1, 0 if e.op == "and" else 1), start)
+            phi.add_incoming(y, rhs_end)
+            return phi
+        t = self.dtype(e.a)
+        x, y = self.expr(e.a), self.expr(e.b)
+        if t in ir.FLOAT_DTYPES:
+            if e.op == "+":
+                return b.fadd(x, y)
+            if e.op == "-":
+                return b.fsub(x, y)
+            if e.op == "*":
+                return b.fmul(x, y)
+            if e.op == "/":
+                return b.fdiv(x, y)
+            if e.op in ("min", "max"):
+                return b.call(self.mod.intrinsic("minnum" if e.op == "min" else "maxnum", t, 2), [x, y])
+            raise CodegenError(f"float operands for {e.op!r} in {e}")
+        if t == ir.BOOL:
+            raise CodegenError(f"bool operands for {e.op!r} in {e}; use and/or")
+        if e.op == "+":
+            return b.add(x, y, flags=["nsw"])
+        if e.op == "-":
+            return b.sub(x, y, flags=["nsw"])
+        if e.op == "*":
+            return b.mul(x, y, flags=["nsw"])
+        if e.op in ("/", "//"):
+            return b.sdiv(x, y)
+        if e.op == "%":
+            return b.srem(x, y)
+        if e.op in ("min", "max"):
+            c = b.icmp_signed("<" if e.op == "min" else ">", x, y)
+            return b.select(c, x, y)
+        raise CodegenError(f"unknown int operator {e.op!r}")
+
+    def select(self, e: ir.Select) -> ll.Value:
+        b = self.b
+        c = self.to_bool(e.cond)
+        if not _needs_branch(e.a) and not _needs_branch(e.b):
+            return b.select(c, self.expr(e.a), self.expr(e.b))
+        then_bb, else_bb, done = self.block("sel_then"), self.block("sel_else"), self.block("sel_done")
+        b.cbranch(c, then_bb, else_bb)
+        b.position_at_end(then_bb)
+        x = self.expr(e.a)
+        then_end = b.block
+        b.branch(done)
+        b.position_at_end(else_bb)
+        y = self.expr(e.b)
+        else_end = b.block
+        b.branch(done)
+        b.position_at_end(done)
+        phi = b.phi(x.type)
+        phi.add_incoming(x, then_end)
+        phi.add_incoming(y, else_end)
+        return phi
+
+    def cast(self, e: ir.Cast) -> ll.Value:
+        b = self.b
+        src, dst = self.dtype(e.a), e.dtype
+        v = self.expr(e.a)
+        if src == dst:
+            return v
+        if dst == ir.BOOL:
+            return self.to_bool(e.a)
+        if src == ir.BOOL:
+            return b.zext(v, I32) if dst == ir.INT else b.uitofp(v, LTYPE[dst])
+        if src == ir.INT:
+            return b.sitofp(v, LTYPE[dst])
+        if dst == ir.INT:
+            return b.fptosi(v, I32)
+        return b.fpext(v, F64) if dst == "float64" else b.fptrunc(v, F32)
+
+    def exp(self, x: ll.Value, t: str) -> ll.Value:
+        return self.b.call(self.mod.intrinsic("exp", t), [x])
+
+    def call(self, e: ir.Call) -> ll.Value:
+        b = self.b
+        t = self.dtype(e.args[0])
+        args = [self.expr(a) for a in e.args]
+        x = args[0]
+        if t == ir.INT:
+            if e.fn == "abs":
+                neg = b.sub(ll.Constant(I32, 0), x)
+                return b.select(b.icmp_signed("<", x, ll.Constant(I32, 0)), neg, x)
+            raise CodegenError(f"{e.fn} of an int32 value is not supported; cast it to a float type first")
+        if t == ir.BOOL:
+            raise CodegenError(f"{e.fn} of a bool value is not supported")
+        one = self.fconst(1.0, t)
+        if e.fn == "sigmoid":
+            ex = self.exp(b.fneg(x), t)
+            return b.fdiv(one, b.fadd(one, ex))
+        if e.fn == "tanh":
+            ex = self.exp(b.fmul(x, self.fconst(2.0, t)), t)
+            return b.fsub(one, b.fdiv(self.fconst(2.0, t), b.fadd(ex, one)))
+        if e.fn == "abs":
+            return b.call(self.mod.intrinsic("fabs", t), [x])
+        if e.fn in ("exp", "log", "sqrt"):
+            return b.call(self.mod.intrinsic(e.fn, t), [x])
+        if e.fn == "fma":
+            return b.call(self.mod.intrinsic("fma", t, 3), args)
+        raise CodegenError(f"unknown intrinsic {e.fn!r}")
+
+    def reduce(self, e: ir.Reduce) -> ll.Value:
+        # Hoist a Select whose condition does not depend on the reduction variable: two loops.
+        for n in ir.walk(e.body):
+            if isinstance(n, ir.Select) and not _uses_var(n.cond, e.var) and not _contains(
+                    n.cond, lambda m: isinstance(m, ir.Reduce)) and self._bound(n.cond):
+                mapping_a = ir.transform(e.body, lambda m, n=n: n.a if m == n else None)
+                mapping_b = ir.transform(e.body, lambda m, n=n: n.b if m == n else None)
+                return self.select(ir.Select(n.cond, ir.Reduce(e.op, e.var, e.start, e.stop, mapping_a),
+                                             ir.Reduce(e.op, e.var, e.start, e.stop, mapping_b)))
+        return self.reduce_loop(e)
+
+    def _bound(self, cond: ir.Expr) -> bool:
+        """Every variable of ``cond`` is bound here (not a let inside the reduce body)."""
+        return all(n.name in self.env for n in ir.walk(cond) if isinstance(n, ir.Var))
+
+    def reduce_loop(self, e: ir.Reduce) -> ll.Value:
+        b = self.b
+        dt = self.dtype(e.body)
+        ty = LTYPE[dt]
+        if dt == ir.BOOL:
+            raise CodegenError(f"reduction {e.op} over bool values is not supported")
+        lo, hi = self.expr(e.start), self.expr(e.stop)
+        if e.op == "max":
+            init = ll.Constant(ty, float("-inf")) if dt in ir.FLOAT_DTYPES else ll.Constant(I32, -2**31)
+        else:
+            init = ll.Constant(ty, 0.0 if dt in ir.FLOAT_DTYPES else 0)
+        pre = b.block
+        body_bb, exit_bb = self.block(f"red_{e.var}"), self.block(f"red_{e.var}_end")
+        b.cbranch(b.icmp_signed("<", lo, hi), body_bb, exit_bb)
+        b.position_at_end(body_bb)
+        i = b.phi(I32, name=e.var)
+        acc = b.phi(ty, name=f"acc_{e.var}")
+        i.add_incoming(lo, pre)
+        acc.add_incoming(init, pre)
+        self.env[e.var] = (i, ir.INT)
+        try:
+            v = self.expr(e.body)
+        finally:
+            del self.env[e.var]
+        if e.op == "max":
+            if dt in ir.FLOAT_DTYPES:
+                nxt = b.call(self.mod.intrinsic("maxnum", dt, 2), [acc, v])
+            else:
+                nxt = b.select(b.icmp_signed(">", acc, v), acc, v)
+        elif dt in ir.FLOAT_DTYPES:
+            nxt = b.fadd(acc, v)
+            nxt.flags.extend(FAST_REDUCE)
+            if isinstance(v, ll.Instruction) and v.opname == "fmul":
+                v.flags.extend(FAST_REDUCE)
+        else:
+            nxt = b.add(acc, v)
+        i_next = b.add(i, ll.Constant(I32, 1), flags=["nsw"])
+        end = b.block
+        latch = b.cbranch(b.icmp_signed("<", i_next, hi), body_bb, exit_bb)
+        i.add_incoming(i_next, end)
+        acc.add_incoming(nxt, end)
+        self._loop_md(latch, "serial", None)
+        b.position_at_end(exit_bb)
+        out = b.phi(ty)
+        out.add_incoming(init, pre)
+        out.add_incoming(nxt, end)
+        if e.op == "mean":
+            n = b.sub(hi, lo)
+            cnt = b.sitofp(b.select(b.icmp_signed(">", n, ll.Constant(I32, 0)), n, ll.Constant(I32, 1)), ty) \
+                if dt in ir.FLOAT_DTYPES else None
+            if cnt is None:
+                raise CodegenError("mean over int32 values is not supported; cast to a float type")
+            out = b.fdiv(out, cnt)
+        return out
+
+    # ---------------------------------------------------------------- statements
+    def _loop_md(self, latch: ll.Instruction, kind: str, width: int | None) -> None:
+        m = self.mod.m
+        props = []
+        if kind == "vectorized":
+            props.append(m.add_metadata([ll.MetaDataString(m, "llvm.loop.vectorize.enable"), ll.Constant(I1, 1)]))
+            if width and width > 1:
+                props.append(m.add_metadata([ll.MetaDataString(m, "llvm.loop.vectorize.width"), ll.Constant(I32, width)]))
+        elif kind == "unrolled":
+            props.append(m.add_metadata([ll.MetaDataString(m, "llvm.loop.unroll.full")]))
+        if not props:
+            return
+        self.loop_id += 1
+        # a distinct self-referencing node: built as text by the module finisher (see _LOOP_MD)
+        node = _LoopMD(self.fn.name, self.loop_id, props)
+        self.mod.loop_mds.append(node)
+        latch.set_metadata("llvm.loop", node.placeholder(m))
+
+    def stmt(self, s: ir.Stmt) -> None:
+        b = self.b
+        if isinstance(s, ir.Seq):
+            for x in s.stmts:
+                self.stmt(x)
+            return
+        if not self.partitioned and self._serial_global_store(s):
+            # run once (thread 0), then let the team see it
+            then_bb, done = self.block("tid0"), self.block("tid0_done")
+            b.cbranch(b.icmp_signed("==", self.tid, ll.Constant(I32, 0)), then_bb, done)
+            b.position_at_end(then_bb)
+            self.partitioned = True  # nothing below is split again
+            try:
+                self.stmt(s)
+            finally:
+                self.partitioned = False
+            b.branch(done)
+            b.position_at_end(done)
+            b.call(self.barrier_fn, [self.nth])
+            return
+        if isinstance(s, ir.Store):
+            ptr, ty = self.address(s.buffer, s.index)
+            v = self.expr(s.value)
+            if v.type != ty:
+                raise CodegenError(f"store of {v.type} into {s.buffer} ({ty})")
+            b.store(v, ptr)
+            return
+        if isinstance(s, ir.Let):
+            if s.var in self.env:
+                raise CodegenError(f"let {s.var} shadows a name in kernel {self.kernel.name}")
+            self.env[s.var] = (self.expr(s.value), self.dtype(s.value))
+            try:
+                self.stmt(s.body)
+            finally:
+                del self.env[s.var]
+            return
+        if isinstance(s, ir.If):
+            c = self.to_bool(s.cond)
+            then_bb, done = self.block("if_then"), self.block("if_done")
+            else_bb = self.block("if_else") if s.orelse is not None else done
+            b.cbranch(c, then_bb, else_bb)
+            b.position_at_end(then_bb)
+            self.stmt(s.then)
+            b.branch(done)
+            if s.orelse is not None:
+                b.position_at_end(else_bb)
+                self.stmt(s.orelse)
+                b.branch(done)
+            b.position_at_end(done)
+            return
+        if isinstance(s, ir.For):
+            self.loop(s)
+            return
+        if isinstance(s, ir.Alloc):
+            n = 1
+            for d in s.shape:
+                n *= d
+            ty = LTYPE[s.dtype]
+            ptr = self.entry_builder.alloca(ty, size=ll.Constant(I32, n), name=s.name)
+            ptr.align = 64
+            if s.name in self.ptrs or s.name in self.allocs:
+                raise CodegenError(f"alloc {s.name} shadows a buffer")
+            self.ptrs[s.name] = ptr
+            self.allocs[s.name] = s
+            self.dtypes[s.name] = s.dtype
+            try:
+                self.stmt(s.body)
+            finally:
+                del self.ptrs[s.name], self.allocs[s.name], self.dtypes[s.name]
+            return
+        if isinstance(s, ir.Barrier):
+            if s.scope == "grid":
+                if self.partitioned:
+                    raise CodegenError("a grid barrier inside a parallel loop cannot be reached by every thread")
+                b.call(self.barrier_fn, [self.nth])
+            return  # group barrier: a group runs on one thread, in order
+        raise CodegenError(f"cannot generate code for statement {s!r}")
+
+    def _serial_global_store(self, s: ir.Stmt) -> bool:
+        if isinstance(s, (ir.Seq, ir.Let)):
+            return False  # decided per inner statement
+        stores = _contains(s, lambda n: isinstance(n, ir.Store) and n.buffer not in self.allocs
+                           and not self._inner_alloc(s, n.buffer))
+        if not stores:
+            return False
+        return not _contains(s, lambda n: isinstance(n, ir.Barrier)
+                             or (isinstance(n, ir.For) and n.kind in PARTITIONED_KINDS))
+
+    @staticmethod
+    def _inner_alloc(s: ir.Stmt, name: str) -> bool:
+        return _contains(s, lambda n: isinstance(n, ir.Alloc) and n.name == name)
+
+    def loop(self, s: ir.For) -> None:
+        b = self.b
+        if s.var in self.env:
+            raise CodegenError(f"loop variable {s.var} shadows a name in kernel {self.kernel.name}")
+        start, stop = self.expr(s.start), self.expr(s.stop)
+        split = s.kind in PARTITIONED_KINDS and not self.partitioned
+        if split:
+            # contiguous chunk per thread: [start + tid*chunk, min(stop, start + (tid+1)*chunk))
+            n = b.sub(stop, start, flags=["nsw"])
+            n = b.select(b.icmp_signed(">", n, ll.Constant(I32, 0)), n, ll.Constant(I32, 0))
+            chunk = b.sdiv(b.add(n, b.sub(self.nth, ll.Constant(I32, 1))), self.nth)
+            lo = b.add(start, b.mul(self.tid, chunk, flags=["nsw"]), flags=["nsw"])
+            hi = b.add(lo, chunk, flags=["nsw"])
+            hi = b.select(b.icmp_signed("<", hi, stop), hi, stop)
+            start, stop = lo, hi
+        pre = b.block
+        body_bb, exit_bb = self.block(f"for_{s.var}"), self.block(f"for_{s.var}_end")
+        b.cbranch(b.icmp_signed("<", start, stop), body_bb, exit_bb)
+        b.position_at_end(body_bb)
+        i = b.phi(I32, name=s.var)
+        i.add_incoming(start, pre)
+        self.env[s.var] = (i, ir.INT)
+        was = self.partitioned
+        self.partitioned = was or split
+        try:
+            self.stmt(s.body)
+        finally:
+            del self.env[s.var]
+            self.partitioned = was
+        i_next = b.add(i, ll.Constant(I32, 1), flags=["nsw"])
+        end = b.block
+        latch = b.cbranch(b.icmp_signed("<", i_next, stop), body_bb, exit_bb)
+        i.add_incoming(i_next, end)
+        width = ir.const_int(s.stop) - ir.const_int(s.start) if (
+            ir.const_int(s.stop) is not None and ir.const_int(s.start) is not None) else None
+        self._loop_md(latch, s.kind, width)
+        b.position_at_end(exit_bb)
+
+    def emit(self) -> ll.Function:
+        self.stmt(self.kernel.body)
+        self.b.ret_void()
+        self.entry_builder.branch(self.fn.basic_blocks[1])  # allocas first, then the body
+        return self.fn
+
+
+class _LoopMD:
+    """A distinct, self-referencing ``llvm.loop`` node. llvmlite's IR builder cannot express a
+    self reference, so a named placeholder is patched in the module text."""
+
+    def __init__(self, fn: str, ident: int, props: list) -> None:
+        self.tag = f"cxloop_{fn}_{ident}"
+        self.props = props
+        self.md = None
+
+    def placeholder(self, m: ll.Module):
+        self.md = m.add_metadata([ll.MetaDataString(m, self.tag)] + self.props)
+        return self.md
+
+
+def _emit_barrier(mod: _Module) -> ll.Function:
+    """``cx_barrier(nthreads)``: counter + generation spin barrier for the whole team."""
+    m = mod.m
+    fn = ll.Function(m, ll.FunctionType(VOID, [I32]), "cx_barrier")
+    fn.linkage = "internal"
+    fn.attributes.add("nounwind")
+    nth = fn.args[0]
+    b = ll.IRBuilder(fn.append_basic_block("entry"))
+    one_bb, multi, last, wait, done = (fn.append_basic_block(n) for n in ("one", "multi", "last", "wait", "done"))
+    b.cbranch(b.icmp_signed("<=", nth, ll.Constant(I32, 1)), one_bb, multi)
+    b.position_at_end(one_bb)
+    b.ret_void()
+    b.position_at_end(multi)
+    gen = b.load_atomic(mod.g_bar_gen, "acquire", 4, typ=I32)
+    arrived = b.atomic_rmw("add", mod.g_bar_count, ll.Constant(I32, 1), "acq_rel")
+    b.cbranch(b.icmp_signed("==", arrived, b.sub(nth, ll.Constant(I32, 1))), last, wait)
+    b.position_at_end(last)
+    b.store_atomic(ll.Constant(I32, 0), mod.g_bar_count, "monotonic", 4)
+    b.atomic_rmw("add", mod.g_bar_gen, ll.Constant(I32, 1), "release")
+    b.ret_void()
+    b.position_at_end(wait)
+    now = b.load_atomic(mod.g_bar_gen, "acquire", 4, typ=I32)
+    spin = fn.append_basic_block("spin")
+    b.cbranch(b.icmp_signed("==", now, gen), spin, done)
+    b.position_at_end(spin)
+    mod.pause(b)
+    b.branch(wait)
+    b.position_at_end(done)
+    b.ret_void()
+    return fn
+
+
+def _emit_spmd(mod: _Module, kernels: dict[str, ll.Function], barrier: ll.Function) -> ll.Function:
+    """``cx_spmd(bufs, sizes, tid, nthreads)``: the host steps, run by every thread."""
+    p = mod.program
+    fn = ll.Function(mod.m, ll.FunctionType(VOID, [PTR, PTR, I32, I32]), "cx_spmd")
+    fn.linkage = "internal"
+    fn.attributes.add("nounwind")
+    bufs_arg, sizes_arg, tid, nth = fn.args
+    b = ll.IRBuilder(fn.append_basic_block("entry"))
+    ptrs = [b.load(b.gep(bufs_arg, [ll.Constant(I64, i)], inbounds=True, source_etype=PTR), typ=PTR, align=8)
+            for i in range(len(p.buffers))]
+    sizes = {s.name: b.load(b.gep(sizes_arg, [ll.Constant(I64, i)], inbounds=True, source_etype=I32), typ=I32)
+             for i, s in enumerate(p.sizes)}
+    env = dict(sizes)
+
+    def host_expr(e: ir.Expr) -> ll.Value:
+        # host expressions use only sizes and host loop variables (the verifier guarantees it)
+        kg = _HostExpr(b, env)
+        return kg.expr(e)
+
+    def steps(items: tuple[ir.Node, ...]) -> None:
+        nonlocal b
+        for st in items:
+            if isinstance(st, ir.Launch):
+                k = p.kernel(st.kernel)
+                if len(st.args) != len(k.params):
+                    raise CodegenError(f"launch of {k.name} with {len(st.args)} args; it takes {len(k.params)}")
+                args = ptrs + [sizes[s.name] for s in p.sizes] + [host_expr(a) for a in st.args] + [tid, nth]
+                b.call(kernels[st.kernel], args)
+                b.call(barrier, [nth])
+            elif isinstance(st, ir.HostFor):
+                lo, hi = host_expr(st.start), host_expr(st.stop)
+                pre = b.block
+                body_bb, exit_bb = fn.append_basic_block(f"host_{st.var}"), fn.append_basic_block(f"host_{st.var}_end")
+                b.cbranch(b.icmp_signed("<", lo, hi), body_bb, exit_bb)
+                b.position_at_end(body_bb)
+                i = b.phi(I32, name=st.var)
+                i.add_incoming(lo, pre)
+                env[st.var] = i
+                steps(st.body)
+                del env[st.var]
+                nxt = b.add(i, ll.Constant(I32, 1), flags=["nsw"])
+                i.add_incoming(nxt, b.block)
+                b.cbranch(b.icmp_signed("<", nxt, hi), body_bb, exit_bb)
+                b.position_at_end(exit_bb)
+            else:
+                raise CodegenError(f"unknown host step {st!r}")
+
+    steps(p.host)
+    b.call(barrier, [nth])
+    b.ret_void()
+    return fn
+
+
+class _HostExpr(_KernelGen):
+    """Int expressions of the host steps (sizes and host loop variables only)."""
+
+    def __init__(self, builder: ll.IRBuilder, env: dict[str, ll.Value]) -> None:  # noqa: D401
+        self.b = builder
+        self.env = {k: (v, ir.INT) for k, v in env.items()}
+        self.dtypes = {}
+
+    def expr(self, e: ir.Expr) -> ll.Value:
+        if isinstance(e, (ir.Load, ir.Reduce)):
+            raise CodegenError(f"host expression {e} reads a buffer; host steps may use only sizes")
+        return super().expr(e)
+
+
+def _emit_team(mod: _Module, spmd: ll.Function) -> None:
+    """``cx_run``, the worker loop, ``cx_start`` and ``cx_stop`` (persistent pthreads)."""
+    m = mod.m
+    usleep = mod.decl("usleep", I32, [I32])
+    pthread_create = mod.decl("pthread_create", I32, [PTR, PTR, PTR, PTR])
+    pthread_join = mod.decl("pthread_join", I32, [I64, PTR])
+
+    # worker(arg = tid as pointer): wait for a new generation, run, repeat until stopped
+    worker = ll.Function(m, ll.FunctionType(PTR, [PTR]), "cx_worker")
+    worker.linkage = "internal"
+    b = ll.IRBuilder(worker.append_basic_block("entry"))
+    tid = b.trunc(b.ptrtoint(worker.args[0], I64), I32)
+    seen0 = b.load(mod.g_gen0, typ=I32)  # the generation when the team was created
+    entry = b.block
+    outer, wait, spin, sleep, got, work, quit_ = (worker.append_basic_block(n) for n in
+                                                  ("outer", "wait", "spin", "sleep", "got", "work", "quit"))
+    b.branch(outer)
+    b.position_at_end(outer)
+    seen = b.phi(I32, name="seen")
+    seen.add_incoming(seen0, entry)
+    b.branch(wait)
+    b.position_at_end(wait)
+    tries = b.phi(I32, name="tries")
+    tries.add_incoming(ll.Constant(I32, 0), outer)
+    now = b.load_atomic(mod.g_gen, "acquire", 4, typ=I32)
+    b.cbranch(b.icmp_signed("!=", now, seen), got, spin)
+    b.position_at_end(spin)
+    more = b.add(tries, ll.Constant(I32, 1))
+    b.branch(sleep)
+    b.position_at_end(sleep)
+    # spin with pause for ~2^17 tries (a few ms), then back off to 50 us sleeps
+    pause_bb, nap_bb, cont = (worker.append_basic_block(n) for n in ("pause", "nap", "cont"))
+    b.cbranch(b.icmp_signed("<", tries, ll.Constant(I32, 1 << 17)), pause_bb, nap_bb)
+    b.position_at_end(pause_bb)
+    mod.pause(b)
+    b.branch(cont)
+    b.position_at_end(nap_bb)
+    b.call(usleep, [ll.Constant(I32, 50)])
+    b.branch(cont)
+    b.position_at_end(cont)
+    tries.add_incoming(more, cont)
+    b.branch(wait)
+    b.position_at_end(got)
+    stop = b.load_atomic(mod.g_stop, "acquire", 4, typ=I32)
+    b.cbranch(b.icmp_signed("!=", stop, ll.Constant(I32, 0)), quit_, work)
+    b.position_at_end(work)
+    bufs = b.load(mod.g_bufs, typ=PTR)
+    sizes = b.load(mod.g_sizes, typ=PTR)
+    nth = b.load(mod.g_nth, typ=I32)
+    b.call(spmd, [bufs, sizes, tid, nth])
+    seen.add_incoming(now, work)
+    b.branch(outer)
+    b.position_at_end(quit_)
+    b.ret(ll.Constant(PTR, None))
+
+    # cx_run(bufs, sizes): publish, wake the team, take part as thread 0
+    run = ll.Function(m, ll.FunctionType(VOID, [PTR, PTR]), SYMBOLS.run)
+    b = ll.IRBuilder(run.append_basic_block("entry"))
+    b.store(run.args[0], mod.g_bufs)
+    b.store(run.args[1], mod.g_sizes)
+    nth = b.load(mod.g_nth, typ=I32)
+    b.atomic_rmw("add", mod.g_gen, ll.Constant(I32, 1), "seq_cst")
+    b.call(spmd, [run.args[0], run.args[1], ll.Constant(I32, 0), nth])
+    b.ret_void()
+
+    # cx_start(n): remember n, create threads 1..n-1
+    start = ll.Function(m, ll.FunctionType(VOID, [I32]), SYMBOLS.start)
+    b = ll.IRBuilder(start.append_basic_block("entry"))
+    n = start.args[0]
+    b.store(n, mod.g_nth)
+    b.store_atomic(ll.Constant(I32, 0), mod.g_stop, "seq_cst", 4)
+    b.store(b.load_atomic(mod.g_gen, "seq_cst", 4, typ=I32), mod.g_gen0)
+    loop_bb, done = start.append_basic_block("loop"), start.append_basic_block("done")
+    pre = b.block
+    b.cbranch(b.icmp_signed(">", n, ll.Constant(I32, 1)), loop_bb, done)
+    b.position_at_end(loop_bb)
+    t = b.phi(I32)
+    t.add_incoming(ll.Constant(I32, 1), pre)
+    slot = b.gep(mod.g_threads, [ll.Constant(I32, 0), t], inbounds=True, source_etype=mod.g_threads.value_type)
+    b.call(pthread_create, [slot, ll.Constant(PTR, None), worker, b.inttoptr(b.zext(t, I64), PTR)])
+    t2 = b.add(t, ll.Constant(I32, 1))
+    t.add_incoming(t2, b.block)
+    b.cbranch(b.icmp_signed("<", t2, n), loop_bb, done)
+    b.position_at_end(done)
+    b.ret_void()
+
+    # cx_stop(): raise the stop flag, wake everyone, join
+    stop_fn = ll.Function(m, ll.FunctionType(VOID, []), SYMBOLS.stop)
+    b = ll.IRBuilder(stop_fn.append_basic_block("entry"))
+    n = b.load(mod.g_nth, typ=I32)
+    b.store_atomic(ll.Constant(I32, 1), mod.g_stop, "seq_cst", 4)
+    b.atomic_rmw("add", mod.g_gen, ll.Constant(I32, 1), "seq_cst")
+    loop_bb, done = stop_fn.append_basic_block("loop"), stop_fn.append_basic_block("done")
+    pre = b.block
+    b.cbranch(b.icmp_signed(">", n, ll.Constant(I32, 1)), loop_bb, done)
+    b.position_at_end(loop_bb)
+    t = b.phi(I32)
+    t.add_incoming(ll.Constant(I32, 1), pre)
+    slot = b.gep(mod.g_threads, [ll.Constant(I32, 0), t], inbounds=True, source_etype=mod.g_threads.value_type)
+    b.call(pthread_join, [b.load(slot, typ=I64), ll.Constant(PTR, None)])
+    t2 = b.add(t, ll.Constant(I32, 1))
+    t.add_incoming(t2, b.block)
+    b.cbranch(b.icmp_signed("<", t2, n), loop_bb, done)
+    b.position_at_end(done)
+    b.store(ll.Constant(I32, 1), mod.g_nth)
+    b.ret_void()
+
+
+def generate(program: ir.Program, vector_bits: int = 0) -> str:
+    """LLVM IR text for ``program`` exporting ``cx_run``, ``cx_start`` and ``cx_stop``.
+
+    ``vector_bits`` (the target's SIMD width) lets LLVM use full-width vectors (zmm on
+    AVX-512) instead of its default preference for 256-bit ones."""
+    mod = _Module(program, vector_bits)
+    mod.loop_mds = []
+    barrier = _emit_barrier(mod)
+    kernels = {k.name: _KernelGen(mod, k, barrier).emit() for k in program.kernels}
+    spmd = _emit_spmd(mod, kernels, barrier)
+    _emit_team(mod, spmd)
+    text = str(mod.m)
+    text = _patch_loop_md(text, mod.loop_mds)
+    if vector_bits:
+        attrs = f' "prefer-vector-width"="{vector_bits}" "min-legal-vector-width"="0"'
+        lines = []
+        for line in text.split("\n"):
+            if line.startswith("define "):
+                line += attrs
+            lines.append(line)
+        text = "\n".join(lines)
+    return text
+
+
+def _patch_loop_md(text: str, nodes: list[_LoopMD]) -> str:
+    """Turn each placeholder ``!N = !{!"cxloop_...", props...}`` into ``distinct !{!N, props...}``."""
+    import re
+
+    for node in nodes:
+        pat = re.compile(r'^(!\d+) = !\{!"' + re.escape(node.tag) + r'"(.*)\}$', re.M)
+        mobj = pat.search(text)
+        if mobj is None:
+            continue
+        ref, rest = mobj.group(1), mobj.group(2)
+        text = text[:mobj.start()] + f"{ref} = distinct !{{{ref}{rest}}}" + text[mobj.end():]
+    return text

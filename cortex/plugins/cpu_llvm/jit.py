@@ -1,0 +1,144 @@
+"""LLVM machinery of the ``llvm`` target: target machines, the optimization pipeline, the JIT.
+
+Pipeline position: after :mod:`cortex.plugins.cpu_llvm.codegen` has built an ``llvmlite.ir``
+module for a scheduled LoopProgram, :func:`compile_module` parses it, optimizes it with the new
+pass builder (loop and SLP vectorization on, LLVM's O3 pipeline by default) for a long-lived
+target machine, and hands it to an MCJIT engine; the returned :class:`JitModule` gives function
+addresses for ctypes.
+
+Target machines are created once per (cpu, opt level) and kept for the life of the process. The
+``host`` CPU means ``get_host_cpu_name()`` *and* ``get_host_cpu_features()`` (without the
+features LLVM assumes a baseline CPU and emits SSE code); any other name pins an LLVM CPU
+(e.g. ``skylake-avx512``) for reproducible code generation.
+
+llvmlite >= 0.45 removed ``llvm.initialize()``; only the native target and asm printer are
+initialized here.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import functools
+import threading
+from dataclasses import dataclass
+
+import llvmlite.binding as llvm
+
+_LOCK = threading.Lock()
+
+
+@functools.lru_cache(maxsize=None)
+def _initialize() -> None:
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    # libm (expf, tanhf, ...) and libc (pthreads, usleep) must be visible to the JIT's linker.
+    for name in ("m", "c"):
+        path = ctypes.util.find_library(name)
+        if path:
+            try:
+                llvm.load_library_permanently(path)
+            except RuntimeError:  # already loaded by the interpreter: its symbols are visible
+                pass
+
+
+class LLVMBackendError(RuntimeError):
+    """LLVM rejected a generated module (a bug in code generation, reported with the IR)."""
+
+
+@dataclass(frozen=True)
+class CpuInfo:
+    """What code is generated for: the LLVM CPU name, its feature string and SIMD width."""
+
+    name: str
+    features: str
+    vector_bits: int
+
+
+def cpu_info(cpu: str = "host") -> CpuInfo:
+    """Resolve ``cpu`` ("host" or an LLVM CPU name) to a name, features and SIMD width."""
+    _initialize()
+    if cpu == "host":
+        name = llvm.get_host_cpu_name()
+        features = llvm.get_host_cpu_features().flatten()
+        flags = set(features.split(","))
+        if "+avx512f" in flags:
+            bits = 512
+        elif "+avx" in flags:
+            bits = 256
+        else:
+            bits = 128
+    else:
+        name, features = cpu, ""
+        bits = 512 if ("avx512" in cpu or cpu in _AVX512_CPUS) else (256 if cpu in _AVX2_CPUS else 128)
+    return CpuInfo(name, features, bits)
+
+
+_AVX512_CPUS = frozenset({
+    "skylake-avx512", "cascadelake", "cooperlake", "cannonlake", "icelake-client", "icelake-server",
+    "tigerlake", "sapphirerapids", "emeraldrapids", "graniterapids", "znver4", "znver5", "x86-64-v4",
+})
+_AVX2_CPUS = frozenset({"haswell", "broadwell", "skylake", "alderlake", "znver1", "znver2", "znver3", "x86-64-v3"})
+
+
+@functools.lru_cache(maxsize=None)
+def target_machine(cpu: str = "host", opt_level: int = 3) -> llvm.TargetMachine:
+    """The process-wide target machine for ``cpu`` at ``opt_level`` (created once); it runs
+    the optimization pipeline and emits assembly. Never hand it to an engine (MCJIT takes
+    ownership of its target machine): use :func:`new_target_machine` for that."""
+    return new_target_machine(cpu, opt_level)
+
+
+def new_target_machine(cpu: str = "host", opt_level: int = 3) -> llvm.TargetMachine:
+    """A fresh target machine for ``cpu`` (for an execution engine, which will own it)."""
+    info = cpu_info(cpu)
+    target = llvm.Target.from_triple(llvm.get_process_triple())
+    try:
+        return target.create_target_machine(cpu=info.name, features=info.features, opt=opt_level,
+                                            reloc="default", codemodel="jitdefault", jit=True)
+    except RuntimeError as exc:
+        raise ValueError(f"LLVM cannot generate code for cpu={cpu!r}: {exc}") from None
+
+
+def optimize(module: llvm.ModuleRef, tm: llvm.TargetMachine, opt_level: int) -> None:
+    """Run LLVM's default pipeline at ``opt_level`` with loop and SLP vectorization on."""
+    pto = llvm.create_pipeline_tuning_options(speed_level=opt_level)
+    if opt_level >= 2:
+        pto.loop_vectorization = True
+        pto.slp_vectorization = True
+        pto.loop_interleaving = True
+        pto.loop_unrolling = True
+    pb = llvm.create_pass_builder(tm, pto)
+    mpm = pb.getModulePassManager()
+    mpm.run(module, pb)
+
+
+class JitModule:
+    """One optimized module, loaded in its own MCJIT engine; lives as long as this object."""
+
+    def __init__(self, ir_text: str, cpu: str = "host", opt_level: int = 3) -> None:
+        _initialize()
+        tm = target_machine(cpu, opt_level)
+        with _LOCK:
+            try:
+                mod = llvm.parse_assembly(ir_text)
+                mod.verify()
+            except RuntimeError as exc:
+                raise LLVMBackendError(f"generated LLVM IR is invalid: {exc}\n--- IR ---\n{ir_text}") from None
+            mod.triple = tm.triple
+            mod.data_layout = str(tm.target_data)
+            optimize(mod, tm, opt_level)
+            self.optimized_ir = str(mod)
+            self.engine = llvm.create_mcjit_compiler(mod, new_target_machine(cpu, opt_level))
+            self.engine.finalize_object()
+        self.target_machine = tm
+
+    def address(self, name: str) -> int:
+        addr = self.engine.get_function_address(name)
+        if not addr:
+            raise LLVMBackendError(f"JIT module has no function {name!r}")
+        return addr
+
+    def assembly(self) -> str:
+        """The optimized module as target assembly (for inspection and tests)."""
+        with _LOCK:
+            return self.target_machine.emit_assembly(llvm.parse_assembly(self.optimized_ir))

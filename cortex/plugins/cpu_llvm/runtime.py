@@ -1,0 +1,160 @@
+"""The ``llvm`` target's runtime: a JIT-compiled program, its thread team, its calls.
+
+Pipeline position: after :mod:`codegen` (LoopProgram -> LLVM IR) and :mod:`jit` (IR -> machine
+code), a :class:`CompiledProgram` is what an executable calls. One call of
+:meth:`CompiledProgram.launch` is one native call (``cx_run``) that performs every host step and
+kernel of the program — the whole recursion of every tree of the batch. ctypes releases the GIL
+for its duration.
+
+Threads: ``threads - 1`` persistent worker threads are created with pthreads *inside the JIT
+code* when the program is loaded (``cx_start``) and live until the object is collected
+(``cx_stop`` joins them). Between calls they spin on a generation word with ``pause`` for a few
+milliseconds, then back off to 50 us sleeps, so back-to-back calls start without a wake-up
+syscall and an idle process burns no CPU. Calls on one program are serialized by a lock (the
+team has one set of argument slots).
+
+:meth:`CompiledProgram.run` has the interpreter's contract (``cortex.core.interpret.run``):
+``run(buffers, sizes) -> dict[name, ndarray]`` with read-only buffers taken from ``buffers``
+and output/temp buffers allocated (or taken from ``buffers`` when given, and written in place).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+import weakref
+from typing import Mapping
+
+import numpy as np
+
+from cortex.core import loopir as ir
+from cortex.core.interpret import eval_shape, np_dtype
+from cortex.plugins.cpu_llvm import codegen
+from cortex.plugins.cpu_llvm.jit import JitModule, cpu_info
+
+_RUN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
+_START = ctypes.CFUNCTYPE(None, ctypes.c_int32)
+_STOP = ctypes.CFUNCTYPE(None)
+
+
+class LLVMRuntimeError(ValueError):
+    """Buffers or sizes given to a compiled program do not fit it."""
+
+
+def usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _stop_team(stop, jit) -> None:  # noqa: ARG001 - jit keeps the code alive until joined
+    stop()
+
+
+class CompiledProgram:
+    """A LoopProgram compiled to native code, with its worker threads."""
+
+    def __init__(self, program: ir.Program, *, threads: int = 0, cpu: str = "host",
+                 opt_level: int = 3, ir_text: str | None = None) -> None:
+        if threads < 0:
+            raise ValueError(f"threads must be >= 0 (0 = every usable CPU), got {threads}")
+        if threads > codegen.MAX_THREADS:
+            raise ValueError(f"threads must be <= {codegen.MAX_THREADS}, got {threads}")
+        self.program = program
+        self.threads = threads or usable_cpus()
+        self.cpu = cpu
+        self.ir = ir_text if ir_text is not None else codegen.generate(program, cpu_info(cpu).vector_bits)
+        self.jit = JitModule(self.ir, cpu=cpu, opt_level=opt_level)
+        self._run = _RUN(self.jit.address(codegen.SYMBOLS.run))
+        start = _START(self.jit.address(codegen.SYMBOLS.start))
+        stop = _STOP(self.jit.address(codegen.SYMBOLS.stop))
+        start(self.threads)
+        self._finalizer = weakref.finalize(self, _stop_team, stop, self.jit)
+        self._lock = threading.Lock()
+        nb, ns = len(program.buffers), len(program.sizes)
+        self._ptrs = (ctypes.c_void_p * max(nb, 1))()
+        self._sizes = (ctypes.c_int32 * max(ns, 1))()
+        self._buf_dtypes = [np.dtype(np_dtype(b.dtype)) for b in program.buffers]
+
+    @property
+    def optimized_ir(self) -> str:
+        return self.jit.optimized_ir
+
+    def assembly(self) -> str:
+        return self.jit.assembly()
+
+    def close(self) -> None:
+        """Stop and join the worker threads now (also done when the object is collected)."""
+        self._finalizer()
+
+    # ---------------------------------------------------------------- calls
+    def launch(self, arrays: list[np.ndarray] | tuple[np.ndarray, ...], sizes: list[int] | tuple[int, ...]) -> None:
+        """One native call on ready arrays (program buffer order) and sizes (program order).
+
+        The arrays must be C-contiguous with the buffers' dtypes (see :meth:`run` for a checked
+        entry point); they are used in place."""
+        if not self._finalizer.alive:
+            raise RuntimeError("this compiled program was closed")
+        with self._lock:
+            for i, a in enumerate(arrays):
+                self._ptrs[i] = a.ctypes.data
+            for i, s in enumerate(sizes):
+                self._sizes[i] = s
+            self._run(ctypes.addressof(self._ptrs), ctypes.addressof(self._sizes))
+
+    def run(self, buffers: Mapping[str, np.ndarray], sizes: Mapping[str, int]) -> dict[str, np.ndarray]:
+        """The interpreter's contract: read-only buffers from ``buffers``, outputs and temps
+        allocated unless given; returns every buffer by name (outputs written)."""
+        p = self.program
+        missing = [s.name for s in p.sizes if s.name not in sizes]
+        if missing:
+            raise LLVMRuntimeError(f"program {p.name}: sizes {missing} are not given")
+        size_vals = {s.name: int(sizes[s.name]) for s in p.sizes}
+        for s in p.sizes:
+            v = size_vals[s.name]
+            if v < s.lo or v >= 2**31:
+                raise LLVMRuntimeError(f"size {s.name}={v} is outside [{s.lo}, 2^31)")
+        arrays = []
+        out: dict[str, np.ndarray] = {}
+        for b, dt in zip(p.buffers, self._buf_dtypes):
+            shape = eval_shape(b.shape, size_vals)
+            a = buffers.get(b.name)
+            if a is None:
+                if b.read_only:
+                    raise LLVMRuntimeError(f"program {p.name}: {b.role} buffer {b.name!r} is not given")
+                a = np.zeros(shape, dtype=dt)
+            else:
+                a = np.asarray(a)
+                if a.dtype != dt:
+                    if not b.read_only:
+                        raise LLVMRuntimeError(f"buffer {b.name} must be {dt}, got {a.dtype}")
+                    a = a.astype(dt)
+                if tuple(a.shape) != tuple(shape):
+                    if int(np.prod(a.shape)) != int(np.prod(shape)):
+                        raise LLVMRuntimeError(f"buffer {b.name} has shape {a.shape}, the program needs {shape}")
+                    a = a.reshape(shape)
+                if not a.flags.c_contiguous:
+                    if not b.read_only:
+                        raise LLVMRuntimeError(f"output buffer {b.name} must be C-contiguous")
+                    a = np.ascontiguousarray(a)
+            if b.role == "index" and b.value_range is not None and a.size:
+                _check_index(b, a, size_vals)
+            arrays.append(a)
+            out[b.name] = a
+        self.launch(arrays, [size_vals[s.name] for s in p.sizes])
+        return out
+
+
+def _check_index(b: ir.Buffer, a: np.ndarray, sizes: Mapping[str, int]) -> None:
+    """Index buffers are dereferenced by native code: enforce their declared value range."""
+    lo, hi = (_eval_int(v, sizes) for v in b.value_range)  # type: ignore[union-attr]
+    amin, amax = int(a.min()), int(a.max())
+    if amin < lo or amax > hi:
+        raise LLVMRuntimeError(f"index buffer {b.name} holds values in [{amin}, {amax}], outside its "
+                               f"declared range [{lo}, {hi}]; native code would read out of bounds")
+
+
+def _eval_int(e: ir.Expr, sizes: Mapping[str, int]) -> int:
+    return int(eval_shape((e,), sizes)[0])
