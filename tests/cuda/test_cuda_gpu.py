@@ -1,0 +1,84 @@
+"""The cuda target on a real GPU (skipped where the target is not runnable; ``tools/gpu_check.sh``
+runs these on a lent GPU): hand-built programs against the interpreter, every zoo model x
+structure family in both kernel forms against the float64 reference, and a hidden-256 TreeLSTM
+whose persistent kernel runs every level of a batch in one cooperative launch."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+
+HERE = pathlib.Path(__file__).parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "core"))
+sys.path.insert(0, str(HERE.parent / "models"))
+
+from cortex.plugins.cuda import target as cuda_target  # noqa: E402
+
+RUNNABLE = cuda_target.runnable()
+if not RUNNABLE and os.environ.get("CORTEX_TEST_REQUIRE", "") == "cuda":
+    raise RuntimeError(f"CORTEX_TEST_REQUIRE=cuda but the cuda target cannot run here: {RUNNABLE.reason}")
+pytestmark = pytest.mark.skipif(not RUNNABLE, reason=f"cuda target not runnable here: {RUNNABLE.reason}")
+
+import cortex  # noqa: E402
+from cortex.core.interpret import run  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def backend():
+    from cortex.plugins.cuda.backend import make_backend
+
+    return make_backend({"arch": "auto", "device": 0, "threads_per_block": 128})
+
+
+def test_hand_built_programs_match_the_interpreter_on_the_gpu(backend):
+    from test_cuda_runtime import PROGRAMS, case
+
+    names = sorted(PROGRAMS)
+    programs = [PROGRAMS[n]() for n in names]
+    cubins = backend.compiler.compile_many([backend.renderer.render(p) for p in programs], {"arch": "auto"})
+    for name, p, cubin in zip(names, programs, cubins):
+        bufs, sizes, _ = case(p, seed=11, arity=None if "child_sum" in name else 2)
+        want = run(p, dict(bufs), sizes)
+        got = backend.runtime.program(cubin).run(bufs, sizes)
+        tol = 1e-12 if "float64" in {b.dtype for b in p.buffers} else 2e-5
+        for b in p.buffers:
+            if b.role == "output":
+                np.testing.assert_allclose(got[b.name], want[b.name], rtol=tol, atol=tol, err_msg=f"{name} {b.name}")
+        forms = {c.cooperative for c in backend.runtime.last_launches}
+        assert forms == ({True} if "single" in name or "no_leaf" in name else {False}), name
+
+
+@pytest.mark.parametrize("form", ["single", "per_level"])
+def test_every_zoo_model_and_family_matches_the_reference_on_the_gpu(form):
+    from test_numpy_target import CASES, assert_matches, family_batches
+
+    for dtype in ("float32", "float64"):
+        for index, (label, name, model, batches) in enumerate(CASES[dtype]):
+            exe = cortex.compile(model, target="cuda", dtype=dtype, schedule={"kernel_form": form})
+            rng = np.random.default_rng(index)
+            for fam, batch in family_batches(name, model, batches, rng).items():
+                assert_matches(model, exe(batch), dtype, f"{label} {dtype} {form} {fam}")
+
+
+def test_hidden_256_tree_lstm_runs_every_level_in_one_cooperative_launch():
+    from cortex.models import TreeLSTM
+    from test_numpy_target import assert_matches
+
+    model = TreeLSTM(vocab=1000, embed=256, hidden=256, seed=0)
+    exe = cortex.compile(model, target="cuda")
+    assert exe.schedule.kernel_form == "single"
+    rng = np.random.default_rng(0)
+
+    def tree(n: int):
+        return int(rng.integers(1000)) if n == 1 else (tree(n // 2), tree(n - n // 2))
+
+    trees = [tree(int(rng.integers(20, 41))) for _ in range(10)]
+    out = exe(trees)
+    assert_matches(model, out, "float32", "TreeLSTM h256 b10")
+    (launch,) = exe.backend.runtime.last_launches
+    assert launch.cooperative and launch.grid >= 1
