@@ -17,6 +17,7 @@ grid barrier needs ``cuLaunchCooperativeKernel``, and its grid size needs
 from __future__ import annotations
 
 import ctypes
+import threading
 from abc import ABC, abstractmethod
 from typing import Any, Sequence
 
@@ -170,7 +171,7 @@ class LibCuda:
     def launch(self, fn: ctypes.c_void_p, grid: int, block: int, shared_bytes: int,
                args: Sequence[tuple[str, Any]], cooperative: bool) -> None:
         values = [ctypes.c_uint64(int(v)) if kind == "ptr" else ctypes.c_int32(int(v)) for kind, v in args]
-        params = (ctypes.c_void_p * max(1, len(values)))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in values])
+        params = (ctypes.c_void_p * max(1, len(values)))(*[ctypes.addressof(v) for v in values])
         if cooperative:
             status = self.lib.cuLaunchCooperativeKernel(fn, grid, 1, 1, block, 1, 1, shared_bytes, None, params)
             self.check(status, f"cuLaunchCooperativeKernel(grid={grid}, block={block}, shared={shared_bytes})")
@@ -200,11 +201,13 @@ class PyCudaDriver(Driver):
         self.info = self.libcuda.device_info(ordinal)
         self.pool = DeviceMemoryPool()
         self.modules: list[Any] = []
+        self._threads = {threading.get_ident()}  # threads where the context is current
 
     def _current(self) -> None:
-        # launches and copies from another thread need the context made current there
-        if self.cuda.Context.get_current() != self.context:
+        # launches and copies from another thread need the context made current there (once)
+        if threading.get_ident() not in self._threads:
             self.context.push()
+            self._threads.add(threading.get_ident())
 
     def load_module(self, image: bytes) -> Any:
         self._current()

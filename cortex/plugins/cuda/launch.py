@@ -3,9 +3,9 @@
 Pipeline position: host side of the ``cuda`` runtime. Before each call the runtime asks
 :class:`KernelPlan` (built once per kernel) for a :class:`LaunchConfig`:
 
-* **block size** — the kernel's ``threads_per_group`` when the schedule set one, else the
-  target option ``threads_per_block`` when the kernel has GPU-thread loops, else 1 (a kernel
-  without GPU loops runs its loops in every thread, so it gets one thread);
+* **block size** — 1 for a kernel without GPU-thread loops (each thread of a block would run
+  the block's whole work), else the kernel's ``threads_per_group`` (the schedule's ``threads``)
+  or, when the schedule set none, the target option ``threads_per_block``;
 * **grid size** — every GPU loop of the rendered code is grid-/block-stride, so *any* grid is
   correct; the grid only decides speed. The plan evaluates the trip counts of the kernel's
   ``gpu_group`` loops on the host (sizes, kernel arguments, the level loop, host copies of the
@@ -165,12 +165,12 @@ class KernelPlan:
         self.params = k.params
         self.cooperative = any(isinstance(n, ir.Barrier) and n.scope == "grid" for n in nodes)
         self.has_groups = "gpu_group" in kinds
-        if k.threads_per_group > 1:
+        if "gpu_thread" not in kinds:
+            self.block = 1  # every thread would redo the whole block's work
+        elif k.threads_per_group > 1:
             self.block = k.threads_per_group
-        elif "gpu_thread" in kinds or any(isinstance(n, ir.Barrier) and n.scope == "group" for n in nodes):
-            self.block = threads_per_block
         else:
-            self.block = 1
+            self.block = threads_per_block
         self.shared_bytes = dynamic_shared_bytes(program, kernel, "cuda")
         self.skeleton = _skeleton(k.body) if self.has_groups else None
 
