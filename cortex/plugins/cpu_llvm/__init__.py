@@ -1,7 +1,9 @@
 """Built-in plugin: the ``llvm`` target (alias ``cpu``) — llvmlite, LLVM IR, JIT on the host CPU.
 
-Pipeline position: codegen + runtime for the host CPU. Registration only so far; the code
-generator arrives with its own issue and replaces ``target.create_backend``.
+Pipeline position: codegen + runtime for the host CPU: ``target`` (options, availability),
+``backend`` (capabilities, renderer, compiler, runtime), ``codegen`` (LoopProgram -> LLVM IR),
+``jit`` (target machines, pass pipeline, MCJIT) and ``runtime`` (compiled program, threads).
+See docs/llvm.md.
 """
 
 from __future__ import annotations

@@ -18,6 +18,9 @@ per thread. Synchronization:
 * ``Barrier("grid")`` is a team-wide spin barrier (a counter and a generation word);
 * every kernel launch ends with a team barrier (a launch boundary is a sync point), so the
   ``per_level`` form is correct too;
+* the partitioned loop ends with a team barrier (the fork-join semantics of a CPU ``parallel``
+  loop, as OpenMP's implicit barrier in the C renderer); an explicit grid barrier right after
+  it is not emitted twice;
 * ``Barrier("group")`` is a no-op: a group (the body of one ``gpu_group`` iteration) runs on one
   thread, whose ``gpu_thread`` loops run in order;
 * a statement outside the partitioned loop that stores to a global buffer and contains no
@@ -181,6 +184,7 @@ class _KernelGen:
         self.entry_builder = ll.IRBuilder(self.alloca_bb)
         self.b = ll.IRBuilder(self.fn.append_basic_block("entry"))
         self.partitioned = False  # inside the loop that is split across threads
+        self.last_loop_synced = False
         self.loop_id = 0
 
     # ---------------------------------------------------------------- helpers
@@ -479,8 +483,12 @@ class _KernelGen:
     def stmt(self, s: ir.Stmt) -> None:
         b = self.b
         if isinstance(s, ir.Seq):
+            synced = False
             for x in s.stmts:
+                if synced and isinstance(x, ir.Barrier) and x.scope == "grid":
+                    continue  # the partitioned loop just before ended with a team barrier
                 self.stmt(x)
+                synced = isinstance(x, ir.For) and self.last_loop_synced
             return
         if not self.partitioned and self._serial_global_store(s):
             # run once (thread 0), then let the team see it
@@ -605,6 +613,9 @@ class _KernelGen:
             ir.const_int(s.stop) is not None and ir.const_int(s.start) is not None) else None
         self._loop_md(latch, s.kind, width)
         b.position_at_end(exit_bb)
+        if split:  # fork-join semantics of a CPU parallel loop (as OpenMP's implicit barrier)
+            b.call(self.barrier_fn, [self.nth])
+        self.last_loop_synced = split
 
     def emit(self) -> ll.Function:
         self.stmt(self.kernel.body)

@@ -11,7 +11,6 @@ from importlib import metadata
 from typing import Any, Mapping
 
 from cortex.core.backend import Backend
-from cortex.core.errors import NotYetImplementedError
 from cortex.core.targets import Availability, Target, TargetOption
 
 PACKAGE = "llvmlite"  # the Python package code generation needs
@@ -72,10 +71,9 @@ def environment_info() -> dict[str, str]:
 
 
 def create_backend(options: Mapping[str, Any]) -> Backend:
-    raise NotYetImplementedError(
-        "code generation for target 'llvm' arrives with the LLVM backend issue "
-        "(cortex/plugins/cpu_llvm); the target is registered so it can be listed and resolved"
-    )
+    from cortex.plugins.cpu_llvm.backend import create_backend as create
+
+    return create(options)
 
 
 def make_target() -> Target:

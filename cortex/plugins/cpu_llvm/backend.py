@@ -1,0 +1,140 @@
+"""The ``llvm`` backend: capabilities of the host CPU, IR renderer, JIT compiler, runtime.
+
+Pipeline position: the last two stages for target ``llvm``. The renderer turns the scheduled
+LoopProgram into LLVM IR text (:mod:`codegen`), carrying the program along (the runtime needs
+its buffer list); the compiler JIT-compiles it once into a :class:`CompiledProgram` with its
+thread team (:mod:`runtime`); the runtime's ``launch`` is one native call for the whole batch.
+
+Capabilities come from the real CPU: SIMD width from the LLVM CPU's features (512 bits with
+AVX-512), ``num_cores`` from the ``threads`` option (default: every usable CPU), the per-core
+L2 size from sysfs, fp64, the level loop inside one call (``single_call``), no grid.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from cortex.core import loopir as ir
+from cortex.core.backend import Backend, Compiler, Renderer, Runtime, Source
+from cortex.core.capabilities import Capabilities
+from cortex.plugins.cpu_llvm import codegen
+from cortex.plugins.cpu_llvm.jit import cpu_info
+from cortex.plugins.cpu_llvm.runtime import CompiledProgram, usable_cpus
+
+CODEGEN_REVISION = "cortex-llvm 1"
+
+
+@functools.lru_cache(maxsize=None)
+def l2_bytes_per_core() -> int:
+    """The L2 size of CPU 0 from sysfs (0 when unknown)."""
+    base = Path("/sys/devices/system/cpu/cpu0/cache")
+    try:
+        for idx in sorted(base.glob("index*")):
+            if (idx / "level").read_text().strip() == "2":
+                text = (idx / "size").read_text().strip().upper()
+                mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1], 1)
+                return int(text.rstrip("KMG")) * mult
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def capabilities(options: Mapping[str, Any]) -> Capabilities:
+    """What the host CPU offers, as the scheduler needs it."""
+    threads = int(options.get("threads", 0)) or usable_cpus()
+    return Capabilities(
+        has_grid=False, grid_barrier=False, group_barrier=False,
+        max_threads_per_group=1, max_groups=1,
+        num_cores=min(threads, codegen.MAX_THREADS),
+        shared_memory_bytes=0,
+        cache_bytes_per_core=l2_bytes_per_core() or (1 << 20),
+        vector_bits=cpu_info(options.get("cpu", "host")).vector_bits,
+        supports_fp64=True, dialect="", single_call=True,
+    )
+
+
+class LLVMSource(str):
+    """LLVM IR text (what ``dump=`` writes and the cache key hashes), carrying its program."""
+
+    program: ir.Program
+
+    def __new__(cls, text: str, program: ir.Program) -> "LLVMSource":
+        out = super().__new__(cls, text)
+        out.program = program
+        return out
+
+
+class LLVMRenderer(Renderer):
+    """Scheduled LoopProgram -> LLVM IR text (see :mod:`cortex.plugins.cpu_llvm.codegen`)."""
+
+    def __init__(self, vector_bits: int) -> None:
+        self.vector_bits = vector_bits
+
+    def render(self, program: ir.Program) -> Source:
+        if not isinstance(program, ir.Program):
+            raise TypeError(f"the llvm renderer takes a LoopProgram, not {type(program).__name__}")
+        return LLVMSource(codegen.generate(program, self.vector_bits), program)
+
+
+class LLVMCompiler(Compiler):
+    """LLVM IR -> machine code in memory (MCJIT), with the program's worker threads."""
+
+    def __init__(self) -> None:
+        import llvmlite
+
+        import llvmlite.binding as llvm
+
+        self.identity = f"{CODEGEN_REVISION}; llvmlite {llvmlite.__version__}; LLVM " + ".".join(
+            map(str, llvm.llvm_version_info))
+
+    def compile(self, source: Source, options: Mapping[str, Any]) -> CompiledProgram:
+        program = getattr(source, "program", None)
+        if not isinstance(program, ir.Program):
+            raise TypeError("the llvm compiler takes what the llvm renderer returns (LLVMSource)")
+        return CompiledProgram(program, threads=int(options.get("threads", 0)),
+                               cpu=options.get("cpu", "host"), opt_level=int(options.get("opt_level", 3)),
+                               ir_text=str(source))
+
+
+class LLVMRuntime(Runtime):
+    """Host NumPy arrays are the device buffers; ``launch`` is one native call."""
+
+    def allocate(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        return np.zeros(shape, dtype)
+
+    def upload(self, array: np.ndarray) -> np.ndarray:
+        return np.array(array, copy=True, order="C")
+
+    def download(self, buffer: np.ndarray, out: np.ndarray) -> np.ndarray:
+        out[...] = buffer
+        return out
+
+    def launch(self, artifact: Any, args: tuple[Any, ...], **launch_config: Any) -> None:
+        if not isinstance(artifact, CompiledProgram):
+            raise TypeError(f"the llvm runtime launches CompiledPrograms, not {type(artifact).__name__}")
+        p = artifact.program
+        nb, ns = len(p.buffers), len(p.sizes)
+        if len(args) != nb + ns or launch_config:
+            raise TypeError(f"program {p.name} takes {nb} buffers and {ns} sizes and no launch "
+                            f"configuration; got {len(args)} arguments and {launch_config}")
+        arrays = args[:nb]
+        for b, a in zip(p.buffers, arrays):
+            if not (isinstance(a, np.ndarray) and a.flags.c_contiguous and a.dtype == artifact_dtype(b)):
+                raise TypeError(f"buffer {b.name} must be a C-contiguous {b.dtype} ndarray")
+        artifact.launch(arrays, [int(v) for v in args[nb:]])
+
+    def synchronize(self) -> None:
+        """Nothing to wait for: a launch returns when the native call has finished."""
+
+
+def artifact_dtype(b: ir.Buffer) -> np.dtype:
+    return np.dtype({"int32": np.int32, "bool": np.bool_, "float32": np.float32, "float64": np.float64}[b.dtype])
+
+
+def create_backend(options: Mapping[str, Any]) -> Backend:
+    caps = capabilities(options)
+    return Backend(caps, LLVMRenderer(caps.vector_bits), LLVMCompiler(), LLVMRuntime())
