@@ -6,8 +6,10 @@ call only
 
 1. linearizes the structures (``cortex.core.linearize``) with the model's arity and its token
    vocabulary / feature size, so a structure that does not fit the model is rejected with the
-   linearizer's ``ValueError`` before any generated code runs;
-2. binds the batch to the program's index/input buffers and size symbols (``Lowered.bind_batch``);
+   linearizer's ``ValueError`` before any generated code runs (a ready ``LinearizedBatch`` is
+   validated instead);
+2. binds the batch to the program's index/input buffers and size symbols (``Lowered.bind_batch``,
+   which checks the batch against the model: ``BatchMismatchError``, a ``ValueError``);
 3. uploads them, allocates the output and temp buffers from ``program.buffers`` and the sizes,
    launches the compiled artifact once, synchronizes and downloads the outputs;
 4. turns the output buffers into per-node states (``Lowered.states``) wrapped in
@@ -40,10 +42,6 @@ if TYPE_CHECKING:
     from cortex.core.lower import Lowered
 
 
-class BatchMismatchError(ValueError):
-    """A ready-made LinearizedBatch does not fit the compiled model (arity, tokens, features)."""
-
-
 def linearize_options(graph: RecursiveGraph) -> dict[str, int | None]:
     """The linearizer keywords that make it enforce what ``graph`` needs of every structure."""
     opts: dict[str, int | None] = {"arity": graph.arity, "vocab_size": None, "feature_dim": None}
@@ -53,32 +51,6 @@ def linearize_options(graph: RecursiveGraph) -> dict[str, int | None]:
         elif inp.kind == "features":
             opts["feature_dim"] = int(inp.shape[0])
     return opts
-
-
-def check_batch_fits(graph: RecursiveGraph, batch: LinearizedBatch) -> None:
-    """Raise :class:`BatchMismatchError` unless ``batch`` is safe for ``graph``'s program."""
-    batch.validate()
-    if batch.num_levels > 0 and graph.arity is not None:
-        arity = batch.arity()[batch.num_leaves:]
-        bad = np.flatnonzero(arity != graph.arity)
-        if bad.size:
-            v = batch.num_leaves + int(bad[0])
-            raise BatchMismatchError(f"model {graph.name!r} has arity {graph.arity}, but internal "
-                                     f"node {v} has {int(arity[bad[0]])} children")
-    for inp in graph.node_inputs:
-        if inp.kind == "word":
-            if batch.word_ids is None:
-                raise BatchMismatchError(f"model {graph.name!r} reads token ids, the batch has none")
-            bad = np.flatnonzero(batch.word_ids >= inp.vocab)
-            if bad.size:
-                raise BatchMismatchError(f"node {int(bad[0])}: token id {int(batch.word_ids[bad[0]])}"
-                                         f" is outside the model's vocabulary of {inp.vocab}")
-        elif inp.kind == "features":
-            want = (batch.num_nodes,) + tuple(inp.shape)
-            if batch.features is None or batch.features.shape != want:
-                got = None if batch.features is None else list(batch.features.shape)
-                raise BatchMismatchError(f"model {graph.name!r} reads features {list(want)}, "
-                                         f"the batch has {got}")
 
 
 class Executable:
@@ -124,7 +96,9 @@ class Executable:
     def linearize(self, structures: Any, *, vocab: Any = None) -> LinearizedBatch:
         """The batch a call would run: structures linearized and checked against the model."""
         if isinstance(structures, LinearizedBatch):
-            check_batch_fits(self.graph, structures)
+            # the structural invariants here; the fit to the model (arity, token ids,
+            # features) in ``Lowered.bind_batch``, which raises BatchMismatchError
+            structures.validate()
             return structures
         from cortex.core.linearize import linearize
 

@@ -201,6 +201,20 @@ def test_structures_that_do_not_fit_fail_in_the_linearizer_before_running(monkey
     assert isinstance(ArityError("x"), ValueError) and exe.calls == 0
 
 
+def test_a_ready_linearized_batch_is_checked_against_the_model():
+    from cortex.core.linearize import linearize
+    from cortex.core.lower import BatchMismatchError
+
+    model = lstm()
+    exe = cortex.compile(model, target="numpy")
+    check_against_reference(model, exe(linearize(TREES, arity=2)))
+    with pytest.raises(BatchMismatchError, match="arity 2, but internal node"):
+        exe(linearize([(1, 2, 3)]))
+    with pytest.raises(BatchMismatchError, match="token id in \\[0, 10\\)"):
+        exe(linearize([(1, 20)]))
+    assert isinstance(BatchMismatchError("x"), ValueError) and exe.calls == 1
+
+
 def test_shared_option_helpers():
     assert pipeline.split_options({"dtype": "float32", "threads": 2}) == (
         {"dtype": "float32"}, {"threads": 2})
