@@ -45,7 +45,7 @@ from cortex.core.loop_transforms import physical_arrays
 from cortex.core.loopir import Const, Load, Var
 from cortex.core.loopir_verify import verify
 from cortex.core.lower_case import CaseLowering, LowerContext, LoweringError, NameGen
-from cortex.core.lower_schedule import apply_schedule
+from cortex.core.lower_schedule import apply_schedule, node_loop_kind, schedule_nest
 from cortex.core.params import bind_params
 from cortex.core.schedule import Schedule
 from cortex.core.structure import INDEX_DTYPE, LinearizedBatch
@@ -121,6 +121,7 @@ def lower(graph: RecursiveGraph, schedule: Schedule, capabilities: Capabilities,
         input_buf=input_buf, fuse=schedule.fuse,
         group_barrier=caps.has_grid and caps.group_barrier,
     )
+    ctx.schedule_nest = lambda stmt, var, extent, reduces: schedule_nest(stmt, var, extent, reduces, schedule, caps, ctx)
     leaf = CaseLowering(ctx, graph.case("leaf"), "l")
     internal = CaseLowering(ctx, graph.case("internal"), "n")
 
@@ -131,13 +132,14 @@ def lower(graph: RecursiveGraph, schedule: Schedule, capabilities: Capabilities,
         return Load("level_offsets", (level,)), Load("level_offsets", (level + 1,))
 
     u, v = Var("u"), Var("v")
+    nk = node_loop_kind(schedule, caps)  # the node loops are built with their parallel kind
     if schedule.leaf_specialization:
-        leaf_loop: ir.Stmt | None = ir.For("u", 0, NL, leaf.emit(u))
+        leaf_loop: ir.Stmt | None = ir.For("u", 0, NL, leaf.emit(u), nk)
         first = 1
 
         def level_body(level: ir.Expr) -> ir.Stmt:
             lo, hi = node_range(level)
-            return ir.For("v", lo, hi, internal.emit(v))
+            return ir.For("v", lo, hi, internal.emit(v), nk)
     else:
         leaf_loop = None
         first = 0
@@ -147,7 +149,7 @@ def lower(graph: RecursiveGraph, schedule: Schedule, capabilities: Capabilities,
         def level_body(level: ir.Expr) -> ir.Stmt:
             lo, hi = node_range(level)
             is_leaf = ir.eq(Load("child_offsets", (v + 1,)), Load("child_offsets", (v,)))
-            return ir.For("v", lo, hi, ir.If(is_leaf, leaf_body, internal_body))
+            return ir.For("v", lo, hi, ir.If(is_leaf, leaf_body, internal_body), nk)
 
     grid = caps.has_grid
     notes: list[str] = []

@@ -84,6 +84,8 @@ class LowerContext:
     gemv_reduces: list[tuple[str, int]] = field(default_factory=list)  # (var, trip) of weight reductions
     weights: set[str] = field(default_factory=set)  # param buffers used as GEMV/matmul weights
     edge_loops: list[str] = field(default_factory=list)
+    schedule_nest: Callable[[ir.Stmt, str, int, list[tuple[str, int]]], ir.Stmt] | None = None
+    stats: dict[str, int] = field(default_factory=dict)  # what the per-nest knobs did (for notes)
 
 
 @dataclass(frozen=True)
@@ -265,6 +267,7 @@ class CaseLowering:
         env = _Env(node, edge, True)
         self.lets: list[tuple[str, ir.Expr]] = []
         self.cache: dict[tuple, ir.Expr] = {}
+        n_reduces = len(self.ctx.gemv_reduces)
         stores: list[ir.Stmt] = []
         for vid in nest.members:
             value = self._elem_computed(vid, idx, env)
@@ -283,6 +286,8 @@ class CaseLowering:
             body = ir.For(loop_vars[d], 0, nest.shape[d], body)
         if loop_vars:
             self.ctx.hidden_loops.append((loop_vars[0], nest.shape[0]))
+            if self.ctx.schedule_nest is not None:
+                body = self.ctx.schedule_nest(body, loop_vars[0], nest.shape[0], self.ctx.gemv_reduces[n_reduces:])
         if edge_var is not None:
             body = ir.For(edge_var, Load("child_offsets", (node,)), Load("child_offsets", (node + 1,)), body)
             self.ctx.edge_loops.append(edge_var)

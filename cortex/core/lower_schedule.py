@@ -65,53 +65,19 @@ def apply_schedule(program: ir.Program, s: Schedule, caps: Capabilities,
         notes.append(f"weight_layout={s.weight_layout}: applied to {changed or 'no weights'}"
                      + (f"; left row-major (rows not a multiple of {s.vector_width}): {skipped}" if skipped else ""))
 
-    # reduction unrolling
     if s.unroll > 1:
-        done, skipped = [], []
-        for k, trip in ctx.gemv_reduces:
-            if trip % s.unroll == 0:
-                program = lt.unroll_reduce(program, k, s.unroll)
-                done.append(k)
-            else:
-                skipped.append(k)
-        notes.append(f"unroll={s.unroll}: {len(done)} GEMV reductions unrolled"
-                     + (f", {len(skipped)} left (trip count not a multiple)" if skipped else ""))
-
-    # hidden loops: tile, vectorize, parallel
+        notes.append(f"unroll={s.unroll}: {ctx.stats.get('unrolled', 0)} GEMV reductions unrolled"
+                     + (f", {ctx.stats['not_unrolled']} left (trip count not a multiple)"
+                        if ctx.stats.get("not_unrolled") else ""))
     hidden_kind = "gpu_thread" if grid else "parallel"
     node_kind = "gpu_group" if grid else "parallel"
     par_hidden = s.parallel in ("hidden", "both")
     par_nodes = s.parallel in ("nodes", "both")
-    tiled = vec = 0
-    for j, extent in ctx.hidden_loops:
-        outer, target, target_extent = j, j, extent
-        if s.tile_hidden and extent > s.tile_hidden:
-            jo, jt = names.fresh(f"{j}o"), names.fresh(f"{j}t")
-            program = lt.split(program, j, s.tile_hidden, outer=jo, inner=jt)
-            outer, target, target_extent = jo, jt, s.tile_hidden
-            tiled += 1
-        if s.vector_width > 1 and target_extent >= s.vector_width:
-            if target_extent == s.vector_width:
-                program = lt.annotate(program, target, "vectorized")
-            else:
-                vo, vi = names.fresh(f"{j}w"), names.fresh(f"{j}v")
-                program = lt.split(program, target, s.vector_width, outer=vo, inner=vi, inner_kind="vectorized")
-                if outer == target:
-                    outer = vo
-            vec += 1
-            if outer == target:  # the whole loop is the vector: nothing left to run in parallel
-                continue
-        if par_hidden:
-            program = lt.annotate(program, outer, hidden_kind)
+    n_hidden = ctx.stats.get("hidden", 0)
     if s.tile_hidden:
-        notes.append(f"tile_hidden={s.tile_hidden}: {tiled} of {len(ctx.hidden_loops)} hidden loops split")
+        notes.append(f"tile_hidden={s.tile_hidden}: {ctx.stats.get('tiled', 0)} of {n_hidden} hidden loops split")
     if s.vector_width > 1:
-        notes.append(f"vector_width={s.vector_width}: {vec} of {len(ctx.hidden_loops)} hidden loops vectorized")
-    if par_nodes:
-        for k in program.kernels:
-            for n in ir.walk(k.body):
-                if isinstance(n, ir.For) and n.var in ("u", "v"):
-                    program = lt.annotate(program, n.var, node_kind)
+        notes.append(f"vector_width={s.vector_width}: {ctx.stats.get('vectorized', 0)} of {n_hidden} hidden loops vectorized")
     notes.append(f"parallel={s.parallel}: nodes -> {node_kind if par_nodes else 'serial'}, "
                  f"hidden -> {hidden_kind if par_hidden else 'serial'}")
 
@@ -135,6 +101,63 @@ def apply_schedule(program: ir.Program, s: Schedule, caps: Capabilities,
     else:
         notes.append(f"threads={s.threads}: CPU worker threads (runtime setting)")
     return program, notes
+
+
+def schedule_nest(stmt: ir.Stmt, var: str, extent: int, reduces: list[tuple[str, int]],
+                  s: Schedule, caps: Capabilities, ctx: "LowerContext") -> ir.Stmt:
+    """Apply the per-nest knobs (unroll, tile_hidden, vector_width, hidden parallelism) to one
+    loop nest whose outermost tensor loop is ``var``. The primitives run on a one-kernel program
+    holding just this nest, so scheduling costs O(nest), not O(program), per loop."""
+    prog = ir.Program("nest", (), (), (ir.Kernel("nest", (), stmt),), ())
+    stats, names = ctx.stats, ctx.names
+    stats["hidden"] = stats.get("hidden", 0) + 1
+    if s.unroll > 1:
+        prog = _unroll_reductions(prog, {k for k, trip in reduces if trip % s.unroll == 0}, s.unroll)
+        done = sum(1 for _, trip in reduces if trip % s.unroll == 0)
+        stats["unrolled"] = stats.get("unrolled", 0) + done
+        stats["not_unrolled"] = stats.get("not_unrolled", 0) + len(reduces) - done
+    outer, target, target_extent = var, var, extent
+    if s.tile_hidden and extent > s.tile_hidden:
+        jo, jt = names.fresh(f"{var}o"), names.fresh(f"{var}t")
+        prog = lt.split(prog, var, s.tile_hidden, outer=jo, inner=jt)
+        outer, target, target_extent = jo, jt, s.tile_hidden
+        stats["tiled"] = stats.get("tiled", 0) + 1
+    whole_vector = False  # the loop itself became the vector: nothing left to run in parallel
+    if s.vector_width > 1 and target_extent >= s.vector_width:
+        stats["vectorized"] = stats.get("vectorized", 0) + 1
+        if target_extent == s.vector_width:
+            prog = lt.annotate(prog, target, "vectorized")
+            whole_vector = outer == target
+        else:
+            vo, vi = names.fresh(f"{var}w"), names.fresh(f"{var}v")
+            prog = lt.split(prog, target, s.vector_width, outer=vo, inner=vi, inner_kind="vectorized")
+            if outer == target:
+                outer = vo
+    if s.parallel in ("hidden", "both") and not whole_vector:
+        prog = lt.annotate(prog, outer, "gpu_thread" if caps.has_grid else "parallel")
+    return prog.kernels[0].body
+
+
+def _unroll_reductions(prog: ir.Program, keys: set[str], factor: int) -> ir.Program:
+    """``unroll_reduce`` on each GEMV reduction of ``keys``, each applied to a one-statement
+    program holding just that reduction (so the cost is the reduction's size, not the nest's)."""
+    if not keys:
+        return prog
+
+    def f(n: ir.Node) -> ir.Node | None:
+        if isinstance(n, ir.Reduce) and n.var in keys:
+            mini = ir.Program("r", (), (), (ir.Kernel("r", (), ir.Store("r", (), n)),), ())
+            return lt.unroll_reduce(mini, n.var, factor).kernels[0].body.value  # type: ignore[attr-defined]
+        return None
+
+    return replace(prog, kernels=tuple(replace(k, body=ir.transform(k.body, f)) for k in prog.kernels))
+
+
+def node_loop_kind(s: Schedule, caps: Capabilities) -> str:
+    """How the loops over the nodes of a level run under ``s.parallel``."""
+    if s.parallel in ("nodes", "both"):
+        return "gpu_group" if caps.has_grid else "parallel"
+    return "serial"
 
 
 def _nbytes(b: ir.Buffer) -> int:
