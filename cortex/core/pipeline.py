@@ -14,7 +14,8 @@ Stages (DESIGN.md, "Pipeline"), each dumped by ``dump=`` as one numbered file::
     05_source.<ext>          render:         the backend's source (.c/.cl/.cu/.txt/.bin)
 
 then ``compile`` (the backend's compiler, with its cache key) and the executable, which
-prepares and uploads the params once.
+prepares and uploads the params once. The backend is created and the schedule resolved first,
+so a target without a code generator or an illegal schedule fails before any tracing.
 
 The schedule is the target's ``ScheduleSpace(capabilities, dtype).default()`` unless the user
 gives ``schedule=`` (a :class:`~cortex.core.schedule.Schedule`, a dict of knobs overriding the
@@ -220,11 +221,6 @@ def build(model: Any, target: "Target", target_options: Mapping[str, Any],
     passes = DEFAULT_PASSES if options.passes is None else options.passes
     dump = _Dumper(options.dump)
 
-    traced = trace(model)
-    dump.write("graph", str(traced))
-    graph = run_passes(traced, passes)
-    dump.write("graph_passes", str(graph))
-
     backend: Backend = target.create_backend(target_options)
     caps = backend.capabilities
     try:
@@ -233,6 +229,11 @@ def build(model: Any, target: "Target", target_options: Mapping[str, Any],
         raise InvalidOptionError(target.name, "dtype", dtype, f"a float type this target "
                                  f"supports ({e})") from None
     schedule = resolve_schedule(target.name, space, options.schedule)
+
+    traced = trace(model)
+    dump.write("graph", str(traced))
+    graph = run_passes(traced, passes)
+    dump.write("graph_passes", str(graph))
     dump.write("options", json.dumps({
         "target": target.name, "target_options": dict(target_options), "dtype": dtype,
         "schedule": schedule.to_dict(), "passes": [p.__name__ for p in passes],

@@ -168,6 +168,25 @@ def test_options_are_checked_before_any_work(monkeypatch):
         cortex.compile(lstm(), target="numpy", dtype="half")
 
 
+def test_backend_and_schedule_problems_come_before_tracing(monkeypatch, clean_plugins):
+    from cortex import NotYetImplementedError, Target, hookimpl
+
+    def no_backend(options):
+        raise NotYetImplementedError("code generation for target 'later' arrives later")
+
+    class Plugin:
+        @hookimpl
+        def cortex_register_targets(self, registry):
+            registry.add(Target(name="later", description="test", backend=no_backend))
+
+    clean_plugins.register_plugin(Plugin(), name="later-plugin")
+    monkeypatch.setattr("cortex.core.trace.trace", lambda m: pytest.fail("traced"))
+    with pytest.raises(NotYetImplementedError, match="arrives later"):
+        cortex.compile(lstm(), target="later")
+    with pytest.raises(InvalidOptionError, match="schedule"):
+        cortex.compile(lstm(), target="numpy", schedule={"unroll": 3})
+
+
 def test_float64_on_a_target_without_fp64_is_an_option_error():
     from dataclasses import replace
 
