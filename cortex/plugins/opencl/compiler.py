@@ -75,7 +75,7 @@ class OpenCLRenderer(Renderer):
     def render(self, program: Any) -> Source:
         if not isinstance(program, ir.Program):
             raise TypeError(f"the opencl renderer takes a LoopProgram, not {type(program).__name__}")
-        full = add_single_group(forms.to_work_groups(program))
+        full = add_single_group(forms.to_work_groups(forms.chunk_nodes(program)))
         if forms.needs_single_group(program):  # its kernels' grid barriers are unusable here
             full = ir.Program(program.name, program.sizes, program.buffers,
                               (full.kernel(forms.SINGLE_KERNEL),), ())

@@ -78,6 +78,13 @@ class Allocation:
     host: np.ndarray | None = None
 
 
+def _human(n: int) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} bytes"
+
+
 def _nbytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
     return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
 
@@ -111,8 +118,8 @@ class _Pool:
             size = nbytes
         if nbytes > info.max_alloc_bytes:
             raise OpenCLResourceError(
-                f"this batch needs {nbytes / 2**20:.1f} MiB of {self.what} in one buffer, more than "
-                f"the device's largest allocation ({info.max_alloc_bytes / 2**20:.0f} MiB on "
+                f"this batch needs {_human(nbytes)} of {self.what} in one buffer, more than "
+                f"the device's largest allocation ({_human(info.max_alloc_bytes)} on "
                 f"{info.label}); split the batch into smaller calls")
         self.buffer = None
         self._subs.clear()
@@ -120,7 +127,7 @@ class _Pool:
             self.buffer = cl.Buffer(self.device.context, self.flags, size)
         except Exception as exc:
             raise OpenCLResourceError(
-                f"could not allocate {size / 2**20:.1f} MiB of device memory for {self.what} on "
+                f"could not allocate {_human(size)} of device memory for {self.what} on "
                 f"{info.label}: {exc}; split the batch into smaller calls") from None
         self.capacity = size
 
@@ -176,7 +183,8 @@ class CompiledProgram:
 
         self.cl_kernels = {k.name: cl.Kernel(cl_program, _symbol(program, k.name)) for k in program.kernels}
         self.has_single = forms.SINGLE_KERNEL in self.kernels
-        self.host_ok = not forms.needs_single_group(program)
+        # the renderer drops the host steps of a program that needs a grid barrier
+        self.host_ok = bool(program.host) and not forms.needs_single_group(program)
         if not self.has_single and not self.host_ok:
             raise ValueError(f"program {program.name} needs a grid barrier and has no single-group kernel")
         if form == "single_group" and not self.has_single:
@@ -221,7 +229,7 @@ class CompiledProgram:
         limit = self.cl_kernels[name].get_work_group_info(
             cl.kernel_work_group_info.WORK_GROUP_SIZE, self.device.device)
         size = max(1, min(want, int(limit), self.device.info.max_work_group_size))
-        if self.work_group_size and size < self.work_group_size:
+        if extent != 1 and self.work_group_size and size < self.work_group_size:
             raise OpenCLResourceError(
                 f"work_group_size={self.work_group_size} is more than kernel {name!r} can use on "
                 f"{self.device.info.label} (at most {size} work-items); choose a smaller "
@@ -399,8 +407,8 @@ def _dedicated(device: Device, array: np.ndarray, name: str) -> Any:
     data = np.ascontiguousarray(array)
     if data.nbytes > device.info.max_alloc_bytes:
         raise OpenCLResourceError(
-            f"param {name!r} is {data.nbytes / 2**20:.1f} MiB, more than the largest buffer "
-            f"{device.info.label} can allocate ({device.info.max_alloc_bytes / 2**20:.0f} MiB)")
+            f"param {name!r} is {_human(data.nbytes)}, more than the largest buffer "
+            f"{device.info.label} can allocate ({_human(device.info.max_alloc_bytes)})")
     try:
         if data.nbytes == 0:
             return cl.Buffer(device.context, mf.READ_ONLY, 16)

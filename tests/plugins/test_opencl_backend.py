@@ -1,0 +1,290 @@
+"""The opencl backend on a real OpenCL device (PoCL's CPU device in CI): programs and zoo models
+against the interpreter and the float64 reference, device selection, buffers, errors.
+
+Skipped (with the reason) where pyopencl or an OpenCL device is missing, unless
+``CORTEX_TEST_REQUIRE`` names opencl (tox's opencl env): then a missing device fails.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cortex.core import hostinfo, interpret
+from cortex.core import loopir as ir
+
+REQUIRED = "opencl" in {n.strip() for n in os.environ.get("CORTEX_TEST_REQUIRE", "").split(",")}
+_found = hostinfo.opencl_devices()
+if not _found.devices and not REQUIRED:
+    pytest.skip(f"no OpenCL device: {_found.error}", allow_module_level=True)
+
+import cortex  # noqa: E402
+from cortex.core.reference import evaluate  # noqa: E402
+from cortex.plugins.opencl import compiler as cl_compiler  # noqa: E402
+from cortex.plugins.opencl import device as cl_device  # noqa: E402
+from cortex.plugins.opencl import forms  # noqa: E402
+from cortex.plugins.opencl.backend import create_backend  # noqa: E402
+from cortex.plugins.opencl.runtime import OpenCLResourceError  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "core"))
+from test_loopir_examples import child_sum, inputs, random_batch, tree_lstm, tree_rnn  # noqa: E402
+
+BACKEND = create_backend({})
+FP64 = BACKEND.capabilities.supports_fp64
+DTYPES = ["float32", pytest.param("float64", marks=pytest.mark.skipif(
+    not FP64, reason="the OpenCL device reports no fp64 support (double_fp_config is 0)"))]
+TOL = {"float32": 2e-5, "float64": 1e-11}
+
+
+def _close(got, want, dtype):
+    np.testing.assert_allclose(got, want, rtol=TOL[dtype], atol=TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("form", ["per_level", "single_group"])
+@pytest.mark.parametrize("builder", [tree_rnn, child_sum, tree_lstm], ids=lambda b: b.__name__)
+def test_hand_built_programs_match_the_interpreter(builder, form, dtype):
+    rng = np.random.default_rng(3)
+    program = builder(form="per_level", dtype=dtype, H=16)
+    artifact = BACKEND.compiler.compile(BACKEND.renderer.render(program), {"form": form})
+    for _ in range(2):  # the second call reuses the pools, with a different batch
+        batch = random_batch(rng, n_trees=5, arity=None if builder is child_sum else 2)
+        bufs, sizes = inputs(batch, program, rng)
+        want = interpret.run(program, bufs, sizes)
+        got = artifact.run(bufs, sizes)
+        assert artifact.last_form == form
+        for name in ("h", "c"):
+            if name in want:
+                _close(got[name], want[name], dtype)
+
+
+def test_a_program_with_a_grid_barrier_runs_as_one_work_group():
+    rng = np.random.default_rng(0)
+    program = tree_rnn(form="single", dtype="float32")
+    artifact = BACKEND.compiler.compile(BACKEND.renderer.render(program), {})
+    bufs, sizes = inputs(random_batch(rng), program, rng)
+    _close(artifact.run(bufs, sizes)["h"], interpret.run(program, bufs, sizes)["h"], "float32")
+    assert artifact.last_form == "single_group" and artifact.launches == 1
+    with pytest.raises(ValueError, match="only as one work-group"):
+        BACKEND.compiler.compile(BACKEND.renderer.render(program), {"form": "per_level"})
+
+
+def _trees(n: int, seed: int, vocab: int, arity: int | None = 2):
+    rng = np.random.default_rng(seed)
+
+    def tree(leaves: int):
+        if leaves == 1:
+            return int(rng.integers(vocab))
+        if arity is None:
+            k = int(rng.integers(1, min(3, leaves) + 1))
+            if k == 1:
+                return (tree(leaves),) if leaves < 3 else (tree(leaves - 1), tree(1))
+            cuts = sorted(rng.choice(np.arange(1, leaves), size=k - 1, replace=False))
+            parts = np.diff([0, *cuts, leaves])
+            return tuple(tree(int(p)) for p in parts)
+        left = int(rng.integers(1, leaves))
+        return (tree(left), tree(leaves - left))
+
+    return [tree(int(rng.integers(1, 9))) for _ in range(n)]
+
+
+def _parent_arrays(n: int, seed: int, vocab: int):
+    """Random variable-arity trees with a token at every node (child-sum reads one everywhere)."""
+    from cortex.core.linearize import ParentArray
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        size = int(rng.integers(1, 12))
+        parents = [-1] + [int(rng.integers(0, i)) for i in range(1, size)]
+        out.append(ParentArray(parents, words=rng.integers(0, vocab, size).tolist()))
+    return out
+
+
+MODELS = {
+    "TreeLSTM": lambda dt: cortex.models.TreeLSTM(vocab=30, embed=12, hidden=16, dtype=dt),
+    "TreeRNN": lambda dt: cortex.models.TreeRNN(vocab=30, hidden=16, dtype=dt),
+    "TreeGRU": lambda dt: cortex.models.TreeGRU(vocab=30, embed=12, hidden=16, dtype=dt),
+    "ChildSumTreeLSTM": lambda dt: cortex.models.ChildSumTreeLSTM(vocab=30, embed=12, hidden=16, dtype=dt),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_zoo_models_match_the_reference(model, dtype):
+    import cortex.models  # noqa: F401
+
+    m = MODELS[model](dtype)
+    exe = cortex.compile(m, target="opencl")
+    trees = _parent_arrays(6, 1, 30) if model.startswith("ChildSum") else _trees(6, seed=1, vocab=30)
+    for batch_trees in (trees[:1], trees):  # b1 (single work-group form) and a batch
+        batch = exe.linearize(batch_trees)
+        out = exe.run(batch)
+        ref = evaluate(exe.graph, m.params, batch)
+        for state, want in ref.items():
+            _close(out.nodes(state), want, dtype)
+
+
+def test_auto_form_uses_one_work_group_for_small_inputs_and_levels_for_big_ones(monkeypatch):
+    from cortex.plugins.opencl import runtime
+
+    m = cortex.models.TreeRNN(vocab=30, hidden=8)
+    exe = cortex.compile(m, target="opencl")
+    small, big = exe.linearize(_trees(1, 2, 30)), exe.linearize(_trees(8, 3, 30))
+    monkeypatch.setattr(runtime, "SINGLE_GROUP_MAX_NODES", big.num_nodes - 1)
+    exe.run(small)
+    assert exe.artifact.last_form == "single_group" and exe.artifact.launches == 1
+    exe.run(big)
+    assert exe.artifact.last_form == "per_level" and exe.artifact.launches == big.num_levels
+
+
+def test_buffers_are_allocated_once_and_grow_only_for_bigger_batches():
+    m = cortex.models.TreeLSTM(vocab=30, embed=8, hidden=8)
+    exe = cortex.compile(m, target="opencl")
+    art = exe.artifact
+    big, small = exe.linearize(_trees(8, 4, 30)), exe.linearize(_trees(2, 5, 30))
+    exe.run(big)
+    pools = (art._inputs.buffer, art._outputs.buffer)
+    params = [h.device for h in exe._params.values()]
+    exe.run(small)
+    exe.run(big)
+    assert (art._inputs.buffer, art._outputs.buffer) == pools
+    assert [h.device for h in exe._params.values()] == params  # params uploaded once
+    huge = exe.linearize(_trees(300, 6, 30))
+    exe.run(huge)
+    assert art._outputs.buffer is not pools[1] and art._outputs.capacity >= huge.num_nodes * 8 * 4
+
+
+def test_per_call_arrays_go_up_in_one_transfer(monkeypatch):
+    import pyopencl as cl
+
+    m = cortex.models.TreeRNN(vocab=30, hidden=8)
+    exe = cortex.compile(m, target="opencl")
+    batch = exe.linearize(_trees(4, 7, 30))
+    exe.run(batch)
+    calls = []
+    real = cl.enqueue_copy
+    monkeypatch.setattr(cl, "enqueue_copy", lambda *a, **k: calls.append(a[1:3]) or real(*a, **k))
+    exe.run(batch)
+    assert len(calls) == 2  # one packed upload of every index array, one read-back of the outputs
+
+
+def test_a_single_leaf_input_with_no_edges_runs():
+    m = cortex.models.TreeLSTM(vocab=30, embed=8, hidden=8)
+    exe = cortex.compile(m, target="opencl")
+    batch = exe.linearize([7])
+    assert len(batch.child_ids) == 0
+    out = exe.run(batch)
+    _close(out.nodes("h"), evaluate(exe.graph, m.params, batch)["h"], "float32")
+
+
+# ------------------------------------------------------------------------------- devices
+
+
+def test_device_selection_by_index_type_name_and_pyopencl_ctx(monkeypatch):
+    label, first = cl_device.list_devices()[0]
+    index = label.split(" ", 1)[0]
+    kind = "cpu" if "CPU" in label else "gpu" if "GPU" in label else None
+    assert cl_device.select_device(index) == first
+    if kind:
+        assert cl_device.select_device(kind).type & first.type
+    assert cl_device.select_device("name:" + first.name.strip()[:6]) is not None
+    monkeypatch.setenv("PYOPENCL_CTX", index)
+    assert cl_device.select_device("") == first
+    monkeypatch.setenv("PYOPENCL_CTX", "9:9")
+    with pytest.raises(cl_device.OpenCLDeviceError, match=r"PYOPENCL_CTX asks for OpenCL device '9:9'.*devices here"):
+        cl_device.select_device("")
+    with pytest.raises(cl_device.OpenCLDeviceError, match="no OpenCL device name contains"):
+        cl_device.select_device("name:no-such-device-anywhere")
+
+
+def test_bad_device_options_are_rejected_before_any_work():
+    with pytest.raises(cortex.core.errors.InvalidOptionError, match="device"):
+        cortex.compile(cortex.models.TreeRNN(vocab=5, hidden=4), target="opencl", device="gpu0")
+    with pytest.raises(cortex.core.errors.TargetNotRunnableError, match="does not exist"):
+        cortex.compile(cortex.models.TreeRNN(vocab=5, hidden=4), target="opencl", device="7:7")
+
+
+def test_capabilities_come_from_the_device():
+    info = cl_device.device_for("").info
+    caps = BACKEND.capabilities
+    assert caps.dialect == "opencl" and not caps.grid_barrier and not caps.single_call
+    assert caps.supports_fp64 == info.fp64 and caps.num_cores == info.compute_units
+    assert caps.has_grid == (info.kind != "CPU")
+
+
+def test_no_platform_is_a_clear_not_runnable_error(monkeypatch):
+    import pyopencl as cl
+
+    def boom():
+        raise cl.LogicError("clGetPlatformIDs failed: PLATFORM_NOT_FOUND_KHR")
+
+    monkeypatch.setattr(cl, "get_platforms", boom)
+    with pytest.raises(cl_device.OpenCLDeviceError, match="no OpenCL platform found.*PLATFORM_NOT_FOUND"):
+        cl_device.select_device("")
+
+
+# ------------------------------------------------------------------------------- errors
+
+
+def test_a_build_failure_shows_the_log_and_the_saved_source():
+    broken = "__kernel void k(__global float* x) { x[0] = undefined_name; }\n"
+    with pytest.raises(cl_compiler.OpenCLBuildError) as err:
+        BACKEND.compiler.build(broken, "broken")
+    assert "undefined_name" in str(err.value) and err.value.source_path in str(err.value)
+    assert Path(err.value.source_path).read_text() == broken
+    os.unlink(err.value.source_path)
+
+
+def test_too_many_work_items_is_a_resource_error(monkeypatch):
+    from dataclasses import replace
+
+    program = tree_rnn(form="per_level", dtype="float32", H=8)
+    art = BACKEND.compiler.compile(BACKEND.renderer.render(program), {"work_group_size": 64})
+    monkeypatch.setattr(art.device, "info", replace(art.device.info, max_work_group_size=32))
+    rng = np.random.default_rng(0)
+    bufs, sizes = inputs(random_batch(rng), program, rng)
+    with pytest.raises(OpenCLResourceError, match=r"work_group_size=64 is more than kernel .*at most 32 work-items"):
+        art.run(bufs, sizes)
+
+
+def test_a_device_out_of_resources_is_a_clear_error(monkeypatch):
+    import pyopencl as cl
+
+    program = tree_rnn(form="per_level", dtype="float32", H=8)
+    art = BACKEND.compiler.compile(BACKEND.renderer.render(program), {"form": "per_level"})
+
+    def out_of_resources(*args, **kwargs):
+        raise RuntimeError("clEnqueueNDRangeKernel failed: OUT_OF_RESOURCES")
+
+    monkeypatch.setattr(cl, "enqueue_nd_range_kernel", out_of_resources)
+    rng = np.random.default_rng(0)
+    bufs, sizes = inputs(random_batch(rng), program, rng)
+    with pytest.raises(OpenCLResourceError, match="ran out of resources running tree_rnn.*smaller batch"):
+        art.run(bufs, sizes)
+
+
+def test_a_batch_beyond_the_largest_allocation_is_a_resource_error(monkeypatch):
+    from dataclasses import replace
+
+    program = tree_rnn(form="per_level", dtype="float32", H=8)
+    art = BACKEND.compiler.compile(BACKEND.renderer.render(program), {})
+    dev = art.device
+    monkeypatch.setattr(dev, "info", replace(dev.info, max_alloc_bytes=512))
+    rng = np.random.default_rng(0)
+    bufs, sizes = inputs(random_batch(rng, n_trees=20), program, rng)  # h: > 1 KiB
+    with pytest.raises(OpenCLResourceError, match=r"needs [\d.]+ KiB of per-call inputs.*largest allocation "
+                       r"\(512 bytes on .*split the batch"):
+        art.run(bufs, sizes)
+
+
+def test_cortex_info_lists_the_opencl_devices(capsys):
+    from cortex.cli import main
+
+    main(["info"])
+    text = capsys.readouterr().out
+    assert "OpenCL devices:" in text and _found.devices[0] in text

@@ -1,0 +1,108 @@
+"""The opencl backend's program transforms, checked on the interpreter (no OpenCL device needed).
+
+``forms`` derives the single-work-group kernel from the per-level host steps, chunks node loops
+and maps CPU parallel loops onto work-groups/work-items; each must leave results unchanged.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cortex.core import interpret
+from cortex.core import loopir as ir
+from cortex.core.loopir_verify import verify
+from cortex.plugins.opencl import forms
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "core"))
+from test_loopir_examples import child_sum, inputs, random_batch, tree_lstm, tree_rnn  # noqa: E402
+
+BUILDERS = {"tree_rnn": tree_rnn, "child_sum": child_sum, "tree_lstm": tree_lstm}
+
+
+def _case(name: str, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    program = BUILDERS[name](form="per_level", dtype="float64")
+    batch = random_batch(rng, n_trees=4, arity=None if name == "child_sum" else 2)
+    bufs, sizes = inputs(batch, program, rng)
+    return program, bufs, sizes
+
+
+def _single_program(program: ir.Program) -> ir.Program:
+    k = forms.single_group_kernel(program)
+    return ir.Program(program.name, program.sizes, program.buffers, (k,), (ir.Launch(k.name),))
+
+
+@pytest.mark.parametrize("name", sorted(BUILDERS))
+def test_single_group_kernel_inlines_every_launch_with_group_barriers(name):
+    program, bufs, sizes = _case(name)
+    single = verify(_single_program(program))
+    body = single.kernels[0].body
+    assert not any(isinstance(n, ir.Barrier) and n.scope == "grid" for n in ir.walk(body))
+    assert any(isinstance(n, ir.Barrier) and n.scope == "group" for n in ir.walk(body))
+    levels = [n for n in ir.walk(body) if isinstance(n, ir.For) and n.var == "lh"]
+    assert len(levels) == 1 and levels[0].kind == "serial"  # the host loop moved inside
+    want = interpret.run(program, bufs, sizes)["h"]
+    np.testing.assert_allclose(interpret.run(single, bufs, sizes)["h"], want, rtol=1e-12, atol=1e-12)
+
+
+def test_single_group_kernel_turns_grid_barriers_into_group_barriers():
+    program = tree_rnn(form="single", dtype="float64")  # level loop inside, grid barriers
+    assert forms.needs_single_group(program)
+    single = _single_program(program)
+    scopes = {n.scope for n in ir.walk(single.kernels[0].body) if isinstance(n, ir.Barrier)}
+    assert scopes == {"group"}
+
+
+@pytest.mark.parametrize("name", sorted(BUILDERS))
+@pytest.mark.parametrize("chunk", [1, 3])
+def test_chunked_and_work_group_programs_compute_the_same(name, chunk):
+    program, bufs, sizes = _case(name, seed=chunk)
+    program = _serial_hidden(program)  # what the CPU schedule gives (parallel="nodes")
+    chunked = forms.chunk_nodes(program, chunk)
+    assert (chunked != program) == (name != "child_sum")  # child-sum's node body allocates
+    mapped = forms.to_work_groups(chunked)
+    kinds = {n.kind for n in ir.walk(mapped) if isinstance(n, ir.For)}
+    assert "parallel" not in kinds and "gpu_group" in kinds
+    want = interpret.run(program, bufs, sizes)["h"]
+    np.testing.assert_allclose(interpret.run(mapped, bufs, sizes)["h"], want, rtol=1e-12, atol=1e-12)
+
+
+def _serial_hidden(program: ir.Program) -> ir.Program:
+    def f(n: ir.Node) -> ir.Node | None:
+        hidden = isinstance(n, ir.For) and n.var in ("j", "jl") and n.kind == "parallel"
+        return replace(n, kind="serial") if hidden else None
+
+    return ir.transform(program, f)
+
+
+def test_chunk_nodes_reuses_each_hidden_unit_across_a_chunk_of_nodes():
+    program = tree_rnn(form="per_level", dtype="float32")
+    assert forms.chunk_nodes(program, 4) == program  # hidden loop parallel: left to work-items
+    level = forms.chunk_nodes(_serial_hidden(program), 4).kernel("level").body
+    assert isinstance(level, ir.For) and level.kind == "parallel" and level.var.startswith("cx_chunk")
+    j = level.body
+    assert isinstance(j, ir.For) and j.var == "j" and j.kind == "serial"
+    assert isinstance(j.body, ir.For) and j.body.var == "v" and j.body.kind == "serial"
+
+
+def test_to_work_groups_maps_outer_parallel_loops_to_groups_then_items():
+    program = tree_rnn(form="per_level", dtype="float32")  # v parallel > j parallel
+    level = forms.to_work_groups(program).kernel("level").body
+    loops = [n for n in ir.walk(level) if isinstance(n, ir.For)]
+    assert [(x.var, x.kind) for x in loops] == [("v", "gpu_group"), ("j", "gpu_thread")]
+
+
+def test_host_evaluation_sizes_launches_from_the_index_arrays():
+    program = forms.to_work_groups(tree_rnn(form="per_level", dtype="float32"))
+    level = program.kernel("level")
+    offsets = np.array([0, 5, 8, 9], np.int32)
+    assert forms.plan_groups(level, {"l": 1}, {"level_offsets": offsets}, cap=100) == 3
+    assert forms.plan_groups(level, {"l": 1}, {"level_offsets": offsets}, cap=2) == 2
+    assert forms.plan_groups(level, {}, {"level_offsets": offsets}, cap=7) == 7  # unknown -> cap
+    assert forms.thread_extent(level) == 8
+    assert forms.evaluate(ir.Var("a") * 3 // 2, {"a": 5}, {}) == 7
