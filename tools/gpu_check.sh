@@ -15,11 +15,12 @@
 #      program run on the GPU and compared with the interpreter / float64 reference), and the
 #      conformance suite's cuda part when cortex.testing exists
 #   4. the benchmark: TreeLSTM hidden 256, batch 1 and 10, parse-like trees, next to PyTorch
-#      CUDA eager level-batched in the same run (benchmarks/bench_treelstm.py) -> JSON
+#      CUDA eager level-batched in the same run (benchmarks/bench_treelstm.py) -> JSON; then a
+#      small schedule sweep of the cuda target (tools/gpu_schedule_sweep.py) for tuning
 #
 # Output: $OUT (default ./gpu_check_out): gpu_check.json, gpu_check.log, bench_treelstm.json,
-# pytest_cuda.txt, conformance_cuda.txt, pycuda_build.log (at most 8 files, as the device tool
-# returns). Budget: about 8 minutes on 16 cores (the pycuda build is about 3 CPU-minutes).
+# schedule_sweep.json, pytest_cuda.txt, conformance_cuda.txt, pycuda_build.log (at most 8 files,
+# as the device tool returns). Budget: about 8 minutes on 16 cores (the pycuda build is about 3 CPU-minutes).
 #
 # The wheelhouse is committed (about 2 MB). To refresh it (on a machine with internet), from the
 # repository root:
@@ -127,7 +128,7 @@ fi
 
 # ---------------------------------------------------------------- 3. tests and conformance
 s=$(date +%s)
-CORTEX_TEST_REQUIRE=cuda timeout 240 "$PY" -m pytest -q -p no:cacheprovider tests/cuda tests/plugins -k "cuda or Cuda" \
+CORTEX_TEST_REQUIRE=cuda timeout 200 "$PY" -m pytest -q -p no:cacheprovider tests/cuda tests/plugins -k "cuda or Cuda" \
   >"$OUT/pytest_cuda.txt" 2>&1
 rc=$?
 step tests $([ $rc -eq 0 ] && echo ok || echo failed) $(( $(date +%s) - s )) "$(tail -1 "$OUT/pytest_cuda.txt")"
@@ -145,8 +146,13 @@ fi
 
 # ---------------------------------------------------------------- 4. benchmark
 s=$(date +%s)
-timeout 180 "$PY" benchmarks/bench_treelstm.py --targets cuda --models TreeLSTM --batches 1,10 \
-  --min-reps 50 --min-time 1 --max-time 4 --rounds 2 --out "$OUT/bench_treelstm.json" >>"$LOG" 2>&1
+timeout 150 "$PY" benchmarks/bench_treelstm.py --targets cuda --models TreeLSTM --batches 1,10 \
+  --min-reps 50 --min-time 1 --max-time 3 --rounds 2 --out "$OUT/bench_treelstm.json" >>"$LOG" 2>&1
 rc=$?
 step benchmark $([ $rc -eq 0 ] && echo ok || echo failed) $(( $(date +%s) - s )) "$OUT/bench_treelstm.json"
+
+s=$(date +%s)
+timeout 90 "$PY" tools/gpu_schedule_sweep.py --budget-s 45 --out "$OUT/schedule_sweep.json" >>"$LOG" 2>&1
+rc=$?
+step schedule_sweep $([ $rc -eq 0 ] && echo ok || echo failed) $(( $(date +%s) - s )) "$OUT/schedule_sweep.json"
 "$PY" tools/gpu_bench_summary.py "$OUT/bench_treelstm.json" 2>&1 | tee -a "$LOG"

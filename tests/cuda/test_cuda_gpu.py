@@ -53,8 +53,34 @@ def test_hand_built_programs_match_the_interpreter_on_the_gpu(backend):
         assert forms == ({True} if "single" in name or "no_leaf" in name else {False}), name
 
 
+@pytest.fixture(scope="module")
+def warm_cubin_cache(backend):
+    """Compile every zoo program the next test will compile, in parallel nvcc runs, into the
+    disk cache (cortex.compile then finds them): one nvcc per program in turn is minutes."""
+    from test_numpy_target import CASES
+
+    from cortex.core.lower import lower
+    from cortex.core.passes.pipeline import run_passes
+    from cortex.core.schedule import ScheduleSpace
+    from cortex.core.trace import trace
+
+    options = {o.name: o.default for o in cuda_target.OPTIONS}
+    sources = []
+    for dtype in ("float32", "float64"):
+        space = ScheduleSpace(backend.capabilities, dtype)
+        for _, _, model, _ in CASES[dtype]:
+            graph = run_passes(trace(model))
+            for form in ("single", "per_level"):
+                program = lower(graph, space.with_knobs(kernel_form=form), backend.capabilities, dtype).program
+                sources.append(backend.renderer.render(program))
+    try:
+        backend.compiler.compile_many(sources, options)
+    except Exception:  # noqa: BLE001 - a source that fails is reported by the test itself
+        pass
+
+
 @pytest.mark.parametrize("form", ["single", "per_level"])
-def test_every_zoo_model_and_family_matches_the_reference_on_the_gpu(form):
+def test_every_zoo_model_and_family_matches_the_reference_on_the_gpu(form, warm_cubin_cache):
     from test_numpy_target import CASES, assert_matches, family_batches
 
     for dtype in ("float32", "float64"):

@@ -191,7 +191,8 @@ class NvccCompiler(Compiler):
         """Compile several sources: those not cached go to nvcc in ``jobs`` parallel processes,
         each compiling a share of the files in one invocation (nvcc's start-up dominates small
         kernels). Each cubin's ``ptxas_log`` is its invocation's log (kernel symbols are unique
-        per program, so :meth:`Cubin.resources` still finds its own kernels)."""
+        per program, so :meth:`Cubin.resources` still finds its own kernels). When a source
+        fails, the others are still compiled and cached, then the first failure is raised."""
         arch = self.arch(options)
         keys = [self.cache_key(s, options) for s in sources]
         todo: dict[str, str] = {}
@@ -206,13 +207,32 @@ class NvccCompiler(Compiler):
             jobs = max(1, min(len(todo), jobs or hostinfo.cpu_count()))
             items = list(todo.items())
             chunks = [dict(items[i::jobs]) for i in range(jobs)]
+
+            def build(chunk: dict[str, str]) -> dict[str, tuple[bytes, str] | NvccError]:
+                try:
+                    return dict(run_nvcc_many(chunk, arch))
+                except NvccError:  # find the culprit(s): the others still compile and cache
+                    out: dict[str, tuple[bytes, str] | NvccError] = {}
+                    for key, text in chunk.items():
+                        try:
+                            out[key] = run_nvcc(text, arch)
+                        except NvccError as e:
+                            out[key] = e
+                    return out
+
+            errors = []
             with ThreadPoolExecutor(max_workers=jobs) as pool:
-                for built in pool.map(lambda c: run_nvcc_many(c, arch), chunks):
-                    for key, (image, log) in built.items():
+                for built in pool.map(build, chunks):
+                    for key, result in built.items():
+                        if isinstance(result, NvccError):
+                            errors.append(result)
+                            continue
                         self.nvcc_runs += 1
-                        cubin = Cubin(image, arch, log)
+                        cubin = Cubin(result[0], arch, result[1])
                         self._store(key, cubin)
                         self._memory[key] = cubin
+            if errors:
+                raise errors[0]
         out = []
         for key, src in zip(keys, sources):
             c = self._memory[key]
