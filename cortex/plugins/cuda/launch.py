@@ -48,12 +48,18 @@ class _Unknown(Exception):
     """An expression depends on something the host does not know (device data)."""
 
 
-#: Most serial-loop iterations the grid planner evaluates per kernel launch (a level loop over
-#: a long chain would cost more host time than the grid size could save).
-EVAL_BUDGET = 512
+#: Most iterations of a serial loop (e.g. the level loop) the grid planner evaluates; the loop
+#: variable is bound to all its values at once (NumPy), so this only bounds memory.
+EVAL_LIMIT = 1 << 20
 
 
-def _eval(e: ir.Expr, env: Mapping[str, int | None], arrays: Mapping[str, np.ndarray]) -> int:
+def _int(x):
+    return int(x) if np.ndim(x) == 0 else x
+
+
+def _eval(e: ir.Expr, env: Mapping[str, object], arrays: Mapping[str, np.ndarray]):
+    """Evaluate an int expression on the host; loop variables may be bound to arrays of all
+    their values (vectorized). Raises _Unknown for anything the host cannot know."""
     if isinstance(e, ir.Const):
         return int(e.value)
     if isinstance(e, ir.Var):
@@ -63,40 +69,33 @@ def _eval(e: ir.Expr, env: Mapping[str, int | None], arrays: Mapping[str, np.nda
         return v
     if isinstance(e, ir.Load):
         a = arrays.get(e.buffer)
-        if a is None:
+        if a is None or a.ndim != len(e.index):
             raise _Unknown(e.buffer)
-        idx = tuple(_eval(i, env, arrays) for i in e.index)
-        if a.ndim != len(idx) or any(not 0 <= i < n for i, n in zip(idx, a.shape)):
-            raise _Unknown(f"{e.buffer}{list(idx)}")
-        return int(a[idx])
+        idx = tuple(np.asarray(_eval(i, env, arrays)) for i in e.index)
+        if any(i.size and (i.min() < 0 or i.max() >= n) for i, n in zip(idx, a.shape)):
+            raise _Unknown(f"{e.buffer} index out of range")
+        return _int(a[idx].astype(np.int64))
     if isinstance(e, ir.BinOp):
         a, b = _eval(e.a, env, arrays), _eval(e.b, env, arrays)
-        if e.op == "+":
-            return a + b
-        if e.op == "-":
-            return a - b
-        if e.op == "*":
-            return a * b
-        if e.op == "//" and b != 0:
-            return a // b
-        if e.op == "%" and b != 0:
-            return a % b
-        if e.op == "min":
-            return min(a, b)
-        if e.op == "max":
-            return max(a, b)
-        if e.op == "and":
-            return int(bool(a) and bool(b))
-        if e.op == "or":
-            return int(bool(a) or bool(b))
-        raise _Unknown(e.op)
+        if e.op in ("//", "%") and np.any(np.asarray(b) == 0):
+            raise _Unknown("division by zero")
+        fn = {"+": np.add, "-": np.subtract, "*": np.multiply, "//": np.floor_divide, "%": np.mod,
+              "min": np.minimum, "max": np.maximum, "and": np.logical_and, "or": np.logical_or}.get(e.op)
+        if fn is None:
+            raise _Unknown(e.op)
+        return _int(np.asarray(fn(a, b)).astype(np.int64))
     if isinstance(e, ir.Cmp):
         a, b = _eval(e.a, env, arrays), _eval(e.b, env, arrays)
-        return int({"<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b, "==": a == b, "!=": a != b}[e.op])
+        fn = {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal,
+              "==": np.equal, "!=": np.not_equal}[e.op]
+        return _int(np.asarray(fn(a, b)).astype(np.int64))
     if isinstance(e, ir.Not):
-        return int(not _eval(e.a, env, arrays))
+        return _int((np.asarray(_eval(e.a, env, arrays)) == 0).astype(np.int64))
     if isinstance(e, ir.Select):
-        return _eval(e.a, env, arrays) if _eval(e.cond, env, arrays) else _eval(e.b, env, arrays)
+        c = _eval(e.cond, env, arrays)
+        if np.ndim(c) == 0:
+            return _eval(e.a, env, arrays) if c else _eval(e.b, env, arrays)
+        return _int(np.where(c != 0, _eval(e.a, env, arrays), _eval(e.b, env, arrays)))
     raise _Unknown(type(e).__name__)
 
 
@@ -127,15 +126,14 @@ def _skeleton(s: ir.Stmt) -> ir.Stmt | None:
 class _Widest:
     def __init__(self, arrays: Mapping[str, np.ndarray]) -> None:
         self.arrays = arrays
-        self.budget = EVAL_BUDGET
 
-    def visit(self, s: ir.Stmt, env: dict[str, int | None]) -> int:
+    def visit(self, s: ir.Stmt, env: dict[str, object]) -> int:
         """The largest trip count of a gpu_group loop in ``s``; raises _Unknown."""
         if isinstance(s, ir.Seq):
             return max((self.visit(x, env) for x in s.stmts), default=0)
         if isinstance(s, ir.Let):
             try:
-                value: int | None = _eval(s.value, env, self.arrays)
+                value: object = _eval(s.value, env, self.arrays)
             except _Unknown:
                 value = None
             return self.visit(s.body, {**env, s.var: value})
@@ -144,11 +142,14 @@ class _Widest:
         if isinstance(s, ir.For):
             lo, hi = _eval(s.start, env, self.arrays), _eval(s.stop, env, self.arrays)
             if s.kind == "gpu_group":
-                return max(0, hi - lo)
-            self.budget -= max(0, hi - lo)
-            if self.budget < 0:
-                raise _Unknown("too many iterations to evaluate on the host")
-            return max((self.visit(s.body, {**env, s.var: v}) for v in range(lo, hi)), default=0)
+                return int(np.max(np.asarray(hi) - np.asarray(lo), initial=0))
+            if np.ndim(lo) or np.ndim(hi):
+                raise _Unknown(f"loop {s.var} has bounds that vary with an outer loop")
+            if hi <= lo:
+                return 0
+            if hi - lo > EVAL_LIMIT:
+                raise _Unknown(f"loop {s.var} is too long to evaluate on the host")
+            return self.visit(s.body, {**env, s.var: np.arange(lo, hi, dtype=np.int64)})
         raise _Unknown(type(s).__name__)
 
 
@@ -179,7 +180,7 @@ class KernelPlan:
         (0: none; None: unknown on the host)."""
         if self.skeleton is None:
             return 0
-        env: dict[str, int | None] = {**{k: int(v) for k, v in sizes.items()}, **dict(zip(self.params, args))}
+        env: dict[str, object] = {**{k: int(v) for k, v in sizes.items()}, **dict(zip(self.params, args))}
         try:
             return _Widest(arrays).visit(self.skeleton, env)
         except _Unknown:
@@ -215,7 +216,7 @@ def host_launches(program: ir.Program, sizes: Mapping[str, int]) -> list[tuple[s
         for st in steps:
             if isinstance(st, ir.Launch):
                 try:
-                    out.append((st.kernel, tuple(_eval(a, env, {}) for a in st.args)))
+                    out.append((st.kernel, tuple(int(_eval(a, env, {})) for a in st.args)))
                 except _Unknown as e:
                     raise LaunchError(f"launch of {st.kernel}: argument depends on {e}, unknown on the host") from None
             elif isinstance(st, ir.HostFor):
