@@ -73,6 +73,9 @@ def build_autobatch(model: Any, trees: list[Any]) -> Callable[[], dict[str, np.n
         return dy.cmult(dy.logistic(dy.pick_range(g, H, 2 * H)), dy.tanh(c)), c
 
     def run() -> dict[str, np.ndarray]:
+        # `pc` must outlive the closure: a freed ParameterCollection frees the parameters'
+        # memory under the expressions that use them (silently wrong numbers, not a crash).
+        assert pc is not None
         dy.renew_cg()
         outs = [node(t) for t in trees]
         both = dy.concatenate_cols([h for h, _ in outs] + [c for _, c in outs]).npvalue()

@@ -179,3 +179,28 @@ def test_check_rejects_a_peer_with_other_weights() -> None:
     shapeless = Case(work, "peer", "x", "cpu")
     check(shapeless, {"nothing": np.zeros(1)})
     assert shapeless.status == "wrong"
+
+
+@pytest.mark.skipif(not HAS_DYNET, reason="DyNet is not installed (pip install dyNET38)")
+def test_dynet_peer_matches_on_deep_trees() -> None:
+    # Regression: with its ParameterCollection garbage-collected the DyNet peer read freed
+    # parameter memory, which showed only on trees deeper than --quick's.
+    from benchmarks.bench_treelstm import Settings
+    from benchmarks.peers import dynet_peer
+    from cortex.models import TreeLSTM
+
+    s = Settings(hidden=16, embed=16, vocab=50, min_leaves=25, max_leaves=40, batches=(2,),
+                 mvrnn_hidden=4, mvrnn_vocab=10, grid=2, seq_len=3, seed=0, min_reps=1,
+                 min_time_s=0.0, max_time_s=0.0, rounds=1)
+    model = TreeLSTM(hidden=16, embed=16, vocab=50, seed=0)
+    work = build_workload("TreeLSTM", model, 16, 16, 2, s)
+    if dynet_peer.available() is not None:
+        pytest.skip(reason=dynet_peer.available())
+    run = dynet_peer.build_autobatch(model, work.raw)
+    other = TreeLSTM(hidden=16, embed=16, vocab=50, seed=1)
+    others = [dynet_peer.build_autobatch(other, work.raw) for _ in range(3)]  # reuse freed memory
+    others[0]()
+    for _ in range(2):
+        case = Case(work, "peer", "dynet_autobatch", "cpu")
+        check(case, run())
+        assert case.status == "ok", case.reason
