@@ -203,9 +203,13 @@ def assert_close(got: dict, ref: dict, dtype: str, what: str) -> None:
             assert err <= 1e-4, f"{what}: state {s}: float32 relative error {err:.2e} > 1e-4"
 
 
-def schedules(dtype: str, seed: int):
-    """(label, caps, schedule): defaults, fuse off, leaf specialization off, random legal ones."""
+def schedules(dtype: str, seed: int, full: bool = True):
+    """(label, caps, schedule): defaults, fuse off, leaf specialization off, random legal ones
+    (``full=False``: the defaults and one random schedule per target)."""
     cpu, gpu = ScheduleSpace(CPU, dtype), ScheduleSpace(GPU, dtype)
+    if not full:
+        return [("cpu-default", CPU, cpu.default()), ("gpu-default", GPU, gpu.default()),
+                ("cpu-random", CPU, cpu.sample(seed, 1)[0]), ("gpu-random", GPU, gpu.sample(seed + 1000, 1)[0])]
     out = [
         ("cpu-default", CPU, cpu.default()),
         ("gpu-default", GPU, gpu.default()),
@@ -237,15 +241,16 @@ def test_every_family_default_schedule_float64(spec):
 @pytest.mark.parametrize("spec", SPECS, ids=repr)
 def test_schedules_on_mixed_batch(spec, dtype):
     """Defaults, fuse off, leaf specialization off and random legal schedules (CPU- and GPU-like)
-    agree with the reference and with each other on one mixed batch; every program verifies."""
+    agree with the reference and with each other on one mixed batch; every program verifies.
+    float32 runs the defaults and one random schedule per target (the rest is dtype-blind)."""
     rng = np.random.default_rng(1)
     batch = make_batch(spec, spec_families(spec, rng)["mixed"], rng)
     model = spec.factory(dtype)
     ref = reference.evaluate(spec.graph, model.params, batch)
     first = None
-    for label, caps, sched in schedules(dtype, seed=zlib.crc32(spec.name.encode()) % 1000):
-        low = lower(spec.graph, sched, caps, dtype)
-        verify(low.program, caps)
+    seed = zlib.crc32(spec.name.encode()) % 1000
+    for label, caps, sched in schedules(dtype, seed, full=dtype == "float64"):
+        low = lower(spec.graph, sched, caps, dtype)  # lower() verifies with the target's caps
         got = run_lowered(low, model.params, batch)
         assert_close(got, ref, dtype, f"{spec.name}/{label} {sched.to_json()}")
         if first is None:

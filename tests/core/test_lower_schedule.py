@@ -1,0 +1,271 @@
+"""The shape of lowered programs: fusion, leaf specialization, host forms, every schedule knob,
+the notes for knobs that do not apply, and the Lowered data interface (params, batches, states)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from cortex.core import loopir as ir
+from cortex.core import reference
+from cortex.core.capabilities import Capabilities
+from cortex.core.linearize import ChildTable, linearize
+from cortex.core.loop_transforms import from_layout
+from cortex.core.loopir_verify import verify
+from cortex.core.lower import BatchMismatchError, Lowered, LoweringError, lower
+from cortex.core.schedule import Schedule, ScheduleSpace
+from test_lower import CPU, GPU, SPECS, assert_close, make_batch, run_lowered, spec_families
+
+SPEC = {s.name: s for s in SPECS}
+
+
+def loops(program: ir.Program) -> list[ir.For]:
+    return [n for k in program.kernels for n in ir.walk(k.body) if isinstance(n, ir.For)]
+
+
+def nodes_of(program: ir.Program, cls) -> list:
+    return [n for k in program.kernels for n in ir.walk(k.body) if isinstance(n, cls)]
+
+
+def mixed_batch(spec, seed: int = 3):
+    rng = np.random.default_rng(seed)
+    return make_batch(spec, spec_families(spec, rng)["mixed"], rng)
+
+
+# ---------------------------------------------------------------------------- structure
+
+
+def test_fused_tree_lstm_is_one_nest_per_case_without_temporaries():
+    """Per-node fusion: the stacked gate GEMVs, bias and epilogue of each case are one loop over
+    the hidden units storing only h and c (no temp buffers)."""
+    low = lower(SPEC["TreeLSTM"].graph, ScheduleSpace(CPU, "float32").with_knobs(vector_width=1, weight_layout="row_major"), CPU)
+    p = low.program
+    assert not [b for b in p.buffers if b.role == "temp"]
+    stores = nodes_of(p, ir.Store)
+    assert sorted({s.buffer for s in stores}) == ["c", "h"]
+    hidden = [f for f in loops(p) if f.var not in ("u", "v", "l")]
+    assert len(hidden) == 2  # one nest for the leaves, one for internal nodes
+    assert nodes_of(p, ir.Reduce), "the GEMVs stay explicit reductions"
+
+
+def test_unfused_materializes_dense_intermediates():
+    """fuse=False: every non-trivial value gets a temp [N, ...] (per-child values [E, ...])."""
+    sp = ScheduleSpace(CPU, "float64")
+    low = lower(SPEC["ChildSumTreeLSTM"].graph, sp.with_knobs(fuse=False), CPU, "float64")
+    temps = [b for b in low.program.buffers if b.role == "temp"]
+    rows = {str(b.shape[0]) for b in temps}
+    assert rows == {"N", "E"}
+    fused = lower(SPEC["ChildSumTreeLSTM"].graph, sp.default(), CPU, "float64")
+    assert len([b for b in fused.program.buffers if b.role == "temp"]) < len(temps)
+
+
+def test_fused_materializes_only_what_a_reduction_rereads():
+    """ChildSum: sum_children(h) feeds a GEMV, so it is materialized once per node. TreeGRU: the
+    reset-gated child states feed the candidate GEMVs ([N, 8] each), and the stacked r/z GEMVs
+    ([N, 16] per child) are read by two nests (the reset gate's and the final one), so they are
+    computed once instead of twice. Everything else is fused."""
+    sp = ScheduleSpace(CPU, "float64")
+    cs = lower(SPEC["ChildSumTreeLSTM"].graph, sp.default(), CPU, "float64")
+    assert [tuple(map(str, b.shape)) for b in cs.program.buffers if b.role == "temp"] == [("N", "8")]
+    gru = lower(SPEC["TreeGRU"].graph, sp.default(), CPU, "float64")
+    shapes = sorted(tuple(map(str, b.shape)) for b in gru.program.buffers if b.role == "temp")
+    assert shapes == [("N", "16"), ("N", "16"), ("N", "8"), ("N", "8")]
+
+
+def test_leaf_specialization_off_branches_per_node():
+    sp = ScheduleSpace(CPU, "float64")
+    on = lower(SPEC["TreeLSTM"].graph, sp.with_knobs(kernel_form="per_level"), CPU, "float64").program
+    off = lower(SPEC["TreeLSTM"].graph, sp.with_knobs(kernel_form="per_level", leaf_specialization=False), CPU, "float64").program
+    assert [k.name for k in on.kernels] == ["leaves", "level"]
+    assert not nodes_of(on, ir.If)
+    assert [k.name for k in off.kernels] == ["level"]
+    assert len(nodes_of(off, ir.If)) == 1
+    assert ir.const_int(off.host[0].start) == 0 and ir.const_int(on.host[1].start) == 1
+
+
+def test_host_forms_and_barriers():
+    """per_level: a host loop of launches; single: one kernel with the level loop; grid barriers
+    only on a grid target, group barriers between nests only where groups exist."""
+    g = SPEC["TreeGRU"].graph
+    cpu_single = lower(g, ScheduleSpace(CPU).with_knobs(kernel_form="single"), CPU).program
+    assert len(cpu_single.kernels) == 1 and isinstance(cpu_single.host[0], ir.Launch)
+    assert not nodes_of(cpu_single, ir.Barrier)
+    gpu_single = lower(g, ScheduleSpace(GPU).default(), GPU).program
+    scopes = [b.scope for b in nodes_of(gpu_single, ir.Barrier)]
+    assert scopes.count("grid") == 2 and "group" in scopes
+    gpu_levels = lower(g, ScheduleSpace(GPU).with_knobs(kernel_form="per_level"), GPU).program
+    assert isinstance(gpu_levels.host[1], ir.HostFor)
+    assert "grid" not in [b.scope for b in nodes_of(gpu_levels, ir.Barrier)]
+
+
+def test_parallel_knob_maps_loops_to_threads_and_groups():
+    g = SPEC["TreeLSTM"].graph
+    kinds = lambda p: {f.var: f.kind for f in loops(p)}  # noqa: E731
+    gpu = lower(g, ScheduleSpace(GPU).default(), GPU).program
+    k = kinds(gpu)
+    assert k["u"] == k["v"] == "gpu_group" and k["jl"] == k["jn"] == "gpu_thread"
+    assert {kk.threads_per_group for kk in gpu.kernels} == {256}
+    cpu = lower(g, ScheduleSpace(CPU).with_knobs(parallel="hidden", vector_width=1, weight_layout="row_major"), CPU).program
+    k = kinds(cpu)
+    assert k["v"] == "serial" and k["jn"] == "parallel"
+
+
+def test_tile_vector_unroll_reshape_the_hidden_loop():
+    g = SPEC["TreeLSTM"].graph
+    s = ScheduleSpace(CPU, "float32").with_knobs(tile_hidden=8, vector_width=4, unroll=2, parallel="both",
+                                                 weight_layout="row_major")
+    low = lower(g, replace(s), CPU)
+    kinds = [f.kind for f in loops(low.program)]
+    assert "vectorized" in kinds and "parallel" in kinds
+    # H = 8: tile 8 is the whole loop, so no split; it is split by the vector width
+    assert any(f.var.endswith("v") and f.kind == "vectorized" for f in loops(low.program))
+    assert any("unroll=2" in n for n in low.notes)
+    trips = {ir.const_int(r.stop) for r in nodes_of(low.program, ir.Reduce)}
+    assert trips == {4}  # H=8 reductions unrolled by 2
+
+
+def test_weight_layouts_change_the_weights_and_prepare_params_follows():
+    spec = SPEC["TreeLSTM"]
+    for layout in ("transposed", "packed"):
+        s = ScheduleSpace(CPU, "float32").with_knobs(weight_layout=layout, vector_width=8)
+        low = lower(spec.graph, s, CPU)
+        changed = [b for b in low.program.buffers if b.layout != ("row_major",)]
+        assert changed and all(b.role == "param" for b in changed)
+        p = low.prepare_params(spec.model.params)
+        assert set(p) == {b.name for b in low.program.buffers if b.role == "param"}
+        for b in changed:
+            assert p[b.name].dtype == np.float32
+            logical = from_layout(p[b.name], b.layout)
+            assert logical.shape == tuple(ir.const_int(d) for d in b.logical_shape)
+
+
+def test_packed_layout_skips_weights_whose_rows_do_not_divide():
+    """MV-RNN hidden 4: W is [4, 8], the vector width 8 cannot block its rows: noted, row-major,
+    still correct."""
+    spec = SPEC["MVRNN"]
+    s = ScheduleSpace(CPU, "float32").with_knobs(weight_layout="packed", vector_width=8)
+    low = lower(spec.graph, s, CPU)
+    assert any("left row-major" in n for n in low.notes)
+    batch = mixed_batch(spec)
+    assert_close(run_lowered(low, spec.model.params, batch),
+                 reference.evaluate(spec.graph, spec.model.params, batch), "float32", "MVRNN packed")
+
+
+def test_persistence_caches_weights_in_shared_memory_when_they_fit():
+    spec = SPEC["TreeLSTM"]
+    s = ScheduleSpace(GPU).with_knobs(persistent=True)
+    low = lower(spec.graph, s, GPU)
+    shared = [a for a in nodes_of(low.program, ir.Alloc) if a.scope == "shared"]
+    assert shared and any("cached in shared memory" in n for n in low.notes)
+    small = replace(GPU, shared_memory_bytes=256)
+    low2 = lower(spec.graph, ScheduleSpace(small).with_knobs(persistent=True), small)
+    assert not nodes_of(low2.program, ir.Alloc)
+    assert any("persistent ignored" in n for n in low2.notes)
+    batch = mixed_batch(spec)
+    ref = reference.evaluate(spec.graph, spec.model.params, batch)
+    for lw in (low, low2):
+        assert_close(run_lowered(lw, spec.model.params, batch), ref, "float32", "persistent")
+    cpu = lower(spec.graph, ScheduleSpace(CPU).with_knobs(persistent=True), CPU)
+    assert any("CPU caches" in n for n in cpu.notes)
+
+
+@pytest.mark.parametrize("name", ["ChildSumTreeLSTM"])
+def test_every_value_of_every_knob(name):
+    """Each knob at each of its legal values (others at their defaults) on the CPU- and
+    GPU-like targets: verified and equal to the reference."""
+    spec = SPEC[name]
+    batch = mixed_batch(spec)
+    ref = reference.evaluate(spec.graph, spec.model.params, batch)
+    for caps in (CPU, GPU):
+        sp = ScheduleSpace(caps, "float64")
+        for knob in sp.knobs:
+            for choice in knob.choices:
+                if choice == knob.default:
+                    continue
+                try:
+                    s = sp.with_knobs(**{knob.name: choice})
+                except ValueError:
+                    continue  # illegal with the other defaults (e.g. packed needs vector_width > 1)
+                low = lower(spec.graph, s, caps, "float64")
+                verify(low.program, caps)
+                assert_close(run_lowered(low, spec.model.params, batch), ref, "float64", f"{knob.name}={choice}")
+
+
+def test_verifier_accepts_sampled_schedules():
+    """Many random legal schedules of both targets lower to programs the verifier accepts."""
+    for name in ("TreeLSTM", "DAGRNN", "MVRNN"):
+        for caps in (CPU, GPU):
+            for s in ScheduleSpace(caps, "float32").sample(17, 3):
+                verify(lower(SPEC[name].graph, s, caps).program, caps)
+
+
+def test_schedule_without_grid_barrier_runs_per_level():
+    """A grid target without a grid barrier (OpenCL-like) only offers per_level; the lowering
+    honours it and never emits a grid barrier."""
+    ocl = replace(GPU, grid_barrier=False, dialect="opencl")
+    low = lower(SPEC["TreeRNN"].graph, ScheduleSpace(ocl).default(), ocl)
+    assert "grid" not in [b.scope for b in nodes_of(low.program, ir.Barrier)]
+
+
+# ---------------------------------------------------------------------------- data interface
+
+
+def test_bind_batch_sizes_and_buffers():
+    spec = SPEC["TreeLSTM"]
+    low = lower(spec.graph, ScheduleSpace(CPU).default(), CPU)
+    batch = linearize([ChildTable(np.array([[-1]]), words=[3])], arity=2, vocab_size=11)
+    bufs, sizes = low.bind_batch(batch)
+    assert sizes == {"N": 1, "E": 1, "L": 1, "NL": 1}  # E padded: no empty buffers
+    assert bufs["child_table"].shape == (1, 2) and (bufs["child_table"] == -1).all()
+    assert all(a.dtype == np.int32 for a in bufs.values())
+    assert not {"h", "c"} & set(bufs)
+
+
+def test_bind_batch_rejects_batches_that_do_not_fit():
+    spec = SPEC["TreeLSTM"]
+    low = lower(spec.graph, ScheduleSpace(CPU).default(), CPU)
+    ternary = linearize([ChildTable(np.array([[1, 2, 3], [-1, -1, -1], [-1, -1, -1], [-1, -1, -1]]),
+                                    words=[0, 1, 2, 3])])
+    with pytest.raises(BatchMismatchError, match="fixed arity 2"):
+        low.bind_batch(ternary)
+    big_word = linearize([ChildTable(np.array([[1, 2], [-1, -1], [-1, -1]]), words=[0, 99, 2])])
+    with pytest.raises(BatchMismatchError, match=r"token id in \[0, 11\)"):
+        low.bind_batch(big_word)
+    # ChildSum's internal case reads the node's token: an internal node without one is refused
+    cs = lower(SPEC["ChildSumTreeLSTM"].graph, ScheduleSpace(CPU).default(), CPU)
+    no_word = linearize([ChildTable(np.array([[1, 2], [-1, -1], [-1, -1]]), words=[-1, 4, 2])])
+    with pytest.raises(BatchMismatchError, match="node 2 needs a token id .* has -1"):
+        cs.bind_batch(no_word)
+    dag = SPEC["DAGRNN"]
+    low2 = lower(dag.graph, ScheduleSpace(CPU).default(), CPU)
+    with pytest.raises(BatchMismatchError, match="features"):
+        low2.bind_batch(linearize([ChildTable(np.array([[1], [-1]]))]))
+
+
+def test_internal_nodes_without_tokens_are_fine_when_the_internal_case_reads_none():
+    """PTB trees carry tokens only at leaves (-1 elsewhere); TreeLSTM's internal case reads no
+    token, so that batch binds and runs."""
+    spec = SPEC["TreeLSTM"]
+    low = lower(spec.graph, ScheduleSpace(CPU, "float64").default(), CPU, "float64")
+    batch = linearize([ChildTable(np.array([[1, 2], [-1, -1], [-1, -1]]), words=[-1, 4, 2])])
+    ref = reference.evaluate(spec.graph, spec.model.params, batch)
+    assert_close(run_lowered(low, spec.model.params, batch), ref, "float64", "ptb-like")
+
+
+def test_lowered_interface_and_errors():
+    spec = SPEC["SeqGRU"]
+    s = ScheduleSpace(CPU).default()
+    low = lower(spec.graph, s, CPU)
+    assert isinstance(low, Lowered) and low.schedule == s and low.dtype == "float32"
+    assert dict(low.state_names) == {"h": "h"}
+    assert all(n.isidentifier() for _, n in low.param_names)
+    assert low.notes and Schedule.from_json(low.schedule.to_json()) == s
+    with pytest.raises(LoweringError, match="dtype"):
+        lower(spec.graph, s, CPU, "float16")
+    with pytest.raises(TypeError, match="Schedule"):
+        lower(spec.graph, s.to_dict(), CPU)  # type: ignore[arg-type]
+    batch = mixed_batch(spec)
+    states = run_lowered(low, spec.model.params, batch)
+    assert set(states) == {"h"} and states["h"].shape == (batch.num_nodes, 8)
