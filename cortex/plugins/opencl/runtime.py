@@ -32,6 +32,7 @@ level in one launch with work-group barriers between levels.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -86,7 +87,7 @@ def _human(n: int) -> str:
 
 
 def _nbytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
-    return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    return math.prod(shape) * np.dtype(dtype).itemsize
 
 
 def _is_resource_error(exc: Exception) -> bool:
