@@ -1,10 +1,11 @@
 """Applying a Schedule's knobs to a freshly lowered LoopProgram.
 
-Pipeline position: the last step of :func:`cortex.core.lower.lower`. The recursion lowering
-builds every loop serial and records which loops are the node loops (``u``, ``v``), the
-outermost tensor-dimension loop of each nest (the "hidden" loops), the GEMV reductions and the
-weight buffers; this module reshapes them with the pure primitives of
-``cortex.core.loop_transforms``:
+Pipeline position: inside :func:`cortex.core.lower.lower`. The recursion lowering builds each
+loop nest serial and hands it to :func:`schedule_nest` (the per-nest knobs: unroll, tile,
+vector width, hidden parallelism — applied to a one-kernel program holding just that nest, so
+the cost is linear in the program); it builds the node loops with :func:`node_loop_kind`; and it
+finally calls :func:`apply_schedule` for the program-wide knobs (layouts, persistence, threads)
+and the notes. Everything is done with the pure primitives of ``cortex.core.loop_transforms``:
 
 =====================  =====================================================================
 ``weight_layout``      ``change_layout`` on every 2-D GEMV weight (packed: blocks of
