@@ -1,0 +1,134 @@
+"""Compiling the suite's cases: schedules by name, executables cached, compile-only builds.
+
+Pipeline position: between the case list and the comparison. A case names a schedule
+*variant* rather than a Schedule, because the legal schedules depend on the target's
+capabilities, which the suite asks the target's backend for:
+
+=============  =================================================================================
+default        the target's default schedule (``ScheduleSpace(capabilities, dtype).default()``)
+unscheduled    the default with every loop-shaping knob neutral (what ``dump=`` writes as stage
+               03: no tiling, scalar, no unrolling, row-major weights, not persistent)
+unfused        the default with ``fuse=False`` (dense intermediates between the statements)
+sample<i>      the i-th random legal schedule of the target's space (seeded; full sweep only)
+=============  =================================================================================
+
+:func:`compile_only` runs the pipeline's stages up to and including the backend compiler — trace,
+graph passes, backend, schedule, lower, verify, render, compile — without building the
+Executable (which uploads the params, so it needs a device). It uses the same stage functions as
+``cortex.core.pipeline.build``; the suite checks that both give the same source and cache key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from cortex.testing import zoo
+
+SCHEDULE_VARIANTS = ("default", "unscheduled", "unfused")
+
+
+class ScheduleNotLegal(ValueError):
+    """The schedule variant is not in the target's schedule space (not applicable there)."""
+
+
+@lru_cache(maxsize=None)
+def backend(target: str) -> Any:
+    """The target's backend with default options (for its capabilities)."""
+    from cortex.core.api import resolve_target
+
+    resolved, options = resolve_target(target)
+    return resolved.create_backend(options)
+
+
+def schedule(target: str, dtype: str, variant: str) -> Any:
+    """The Schedule of ``variant`` for ``target`` and ``dtype`` (see the module docstring)."""
+    from cortex.core.pipeline import neutral_schedule
+    from cortex.core.schedule import ScheduleError, ScheduleSpace
+
+    space = ScheduleSpace(backend(target).capabilities, dtype)
+    base = space.default()
+    try:
+        if variant == "default":
+            return base
+        if variant == "unscheduled":
+            return space.validate(neutral_schedule(base))
+        if variant == "unfused":
+            return space.with_knobs(fuse=False)
+        if variant.startswith("sample"):
+            i = int(variant[len("sample"):])
+            return space.sample(1000 + i, 1)[0]
+    except ScheduleError as e:
+        raise ScheduleNotLegal(f"schedule {variant!r} is not legal on target {target!r} "
+                               f"for {dtype}: {e}") from None
+    raise ValueError(f"unknown schedule variant {variant!r}; known: {SCHEDULE_VARIANTS} and "
+                     f"sample<i>")
+
+
+@dataclass(frozen=True)
+class Built:
+    """What compile-only produces: the scheduled program, the source, the artifact."""
+
+    target: str
+    program: Any
+    schedule: Any
+    source: Any
+    artifact: Any
+    cache_key: str
+
+
+def compile_only(model: Any, target: str, *, dtype: str, schedule: Any = None) -> Built:
+    """Every stage of ``cortex.core.pipeline.build`` up to the backend's compiler."""
+    from cortex.core.api import resolve_target
+    from cortex.core.loopir_verify import verify
+    from cortex.core.lower import lower
+    from cortex.core.passes.pipeline import DEFAULT_PASSES, run_passes
+    from cortex.core.pipeline import compile_options, resolve_schedule
+    from cortex.core.schedule import ScheduleSpace
+    from cortex.core.trace import trace
+
+    resolved, options = resolve_target(target)
+    shared = compile_options(resolved.name, {"dtype": dtype, "schedule": schedule})
+    graph = run_passes(trace(model), DEFAULT_PASSES)
+    be = resolved.create_backend(options)
+    space = ScheduleSpace(be.capabilities, shared.dtype or model.dtype)
+    sched = resolve_schedule(resolved.name, space, shared.schedule)
+    lowered = lower(graph, sched, be.capabilities, shared.dtype or model.dtype)
+    verify(lowered.program, be.capabilities)
+    source = be.renderer.render(lowered.program)
+    key = be.compiler.cache_key(source, options)
+    artifact = be.compiler.compile(source, options)
+    return Built(resolved.name, lowered.program, sched, source, artifact, key)
+
+
+_EXECUTABLES: dict[tuple[str, str, str, str], Any] = {}
+_BUILT: dict[tuple[str, str, str, str], Built] = {}
+
+
+def executable(target: str, model_id: str, dtype: str, variant: str) -> Any:
+    """``cortex.compile(model, target=..., dtype=..., schedule=...)``, once per key."""
+    import cortex
+
+    key = (target, model_id, dtype, variant)
+    if key not in _EXECUTABLES:
+        sched = schedule(target, dtype, variant)
+        _EXECUTABLES[key] = cortex.compile(zoo.get(model_id).model(), target=target,
+                                           dtype=dtype, schedule=sched)
+    return _EXECUTABLES[key]
+
+
+def built(target: str, model_id: str, dtype: str, variant: str) -> Built:
+    """:func:`compile_only` for a case, once per key."""
+    key = (target, model_id, dtype, variant)
+    if key not in _BUILT:
+        _BUILT[key] = compile_only(zoo.get(model_id).model(), target, dtype=dtype,
+                                   schedule=schedule(target, dtype, variant))
+    return _BUILT[key]
+
+
+def clear() -> None:
+    """Forget every cached backend and executable (tests that swap plugins call this)."""
+    _EXECUTABLES.clear()
+    _BUILT.clear()
+    backend.cache_clear()
