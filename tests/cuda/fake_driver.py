@@ -57,6 +57,8 @@ class FakeDriver(Driver):
         self.allocations: dict[int, FakeAllocation] = {}
         self.modules = 0
         self.syncs = 0
+        self.uploads = 0
+        self.staging_sizes: list[int] = []
 
     def load_module(self, image: bytes) -> Any:
         assert isinstance(image, bytes) and image, "a cubin image"
@@ -79,11 +81,23 @@ class FakeDriver(Driver):
         self.allocations[a.address] = a
         return a
 
-    def upload(self, dst: FakeAllocation, array: np.ndarray) -> None:
-        dst.bytes[: array.nbytes] = np.frombuffer(np.ascontiguousarray(array).tobytes(), np.uint8)
+    def memory(self, address: int, nbytes: int) -> np.ndarray:
+        """The ``nbytes`` bytes at device ``address`` (inside one allocation, or an error)."""
+        for base, a in self.allocations.items():
+            if base <= address and address + nbytes <= base + a.bytes.size:
+                return a.bytes[address - base: address - base + nbytes]
+        raise AssertionError(f"device access [{address:#x}, +{nbytes}) outside every allocation")
 
-    def download(self, out: np.ndarray, src: FakeAllocation) -> None:
-        out.reshape(-1).view(np.uint8)[:] = src.bytes[: out.nbytes]
+    def host_buffer(self, nbytes: int) -> np.ndarray:
+        self.staging_sizes.append(nbytes)
+        return np.empty(nbytes, np.uint8)
+
+    def upload(self, dst: int, array: np.ndarray) -> None:
+        self.uploads += 1
+        self.memory(int(dst), array.nbytes)[:] = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+
+    def download(self, out: np.ndarray, src: int) -> None:
+        out.reshape(-1).view(np.uint8)[:] = self.memory(int(src), out.nbytes)
 
     def launch(self, function: Any, grid: int, block: int, shared_bytes: int,
                args: Sequence[tuple[str, Any]], cooperative: bool) -> None:
@@ -99,11 +113,12 @@ class FakeDriver(Driver):
         params = tuple(int(v) for _, v in args[nb + ns:])
         assert len(params) == len(program.kernel(kernel).params)
         arrays = {}
-        for b, (_, alloc) in zip(program.buffers, args[:nb]):
+        for b, (_, address) in zip(program.buffers, args[:nb]):
             shape = interpret.eval_shape(b.shape, sizes)
             dt = np.dtype(interpret.np_dtype(b.dtype))
             n = int(np.prod(shape, dtype=np.int64))
-            arrays[b.name] = alloc.bytes[: n * dt.itemsize].view(dt).reshape(shape)
+            assert int(address) % dt.itemsize == 0, f"{b.name} misaligned"
+            arrays[b.name] = self.memory(int(address), n * dt.itemsize).view(dt).reshape(shape)
         one = replace(program, host=(ir.Launch(kernel, tuple(ir.Const(p) for p in params)),))
         interpret.run(one, arrays, sizes)  # outputs/temps are written in place (views of the fake memory)
 

@@ -167,3 +167,18 @@ def test_without_a_gpu_the_runtime_says_why():
     runtime = CudaRuntime(why_not=lambda: ("no CUDA driver found", "run on a machine with an NVIDIA GPU"))
     with pytest.raises(TargetNotRunnableError, match="no CUDA driver found.*To fix: run on a machine"):
         runtime.upload(np.zeros(3, np.float32))
+
+
+def test_per_call_uploads_are_one_packed_transfer():
+    p = PROGRAMS["tree_lstm_per_level"]()
+    prog, driver = compiled(p)
+    bufs, sizes, _ = case(p, seed=8)
+    params = {b.name: bufs[b.name] for b in p.buffers if b.role == "param"}
+    prog.keep_on_device(params)
+    assert driver.uploads == 0  # pending until a launch
+    per_call = {k: v for k, v in bufs.items() if k not in params}
+    first = prog.run(per_call, sizes)
+    assert driver.uploads == 1  # params and the five index buffers together
+    prog.run(per_call, sizes)
+    assert driver.uploads == 2  # the params stayed; the index buffers went in one copy
+    np.testing.assert_array_equal(first["h"], run(p, dict(bufs), sizes)["h"])

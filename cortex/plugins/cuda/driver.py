@@ -6,10 +6,12 @@ planning) talks only to :class:`Driver`, so tests can run it with a fake driver 
 without a GPU; :class:`PyCudaDriver` is the real one and is imported only when a GPU is used.
 
 PyCUDA owns the context (the device's primary context, shared with other libraries in the same
-process such as PyTorch) and device memory (allocations from a memory pool, synchronous copies).
+process such as PyTorch), device memory (allocations from a memory pool) and the page-locked
+staging buffer for uploads.
 PyCUDA has no cooperative launch and no occupancy query, and does not expose the driver handles
 of its modules and functions, so modules are loaded and kernels launched through the driver API
-directly (``libcuda`` by ctypes, :class:`LibCuda`), in PyCUDA's context: the persistent kernel's
+directly (``libcuda`` by ctypes, :class:`LibCuda`, which also does the copies, by address), in
+PyCUDA's context: the persistent kernel's
 grid barrier needs ``cuLaunchCooperativeKernel``, and its grid size needs
 ``cuOccupancyMaxActiveBlocksPerMultiprocessor``.
 """
@@ -56,17 +58,21 @@ class Driver(ABC):
         """Device memory; ``int(result)`` is its device address; freed when dropped."""
 
     @abstractmethod
-    def upload(self, dst: Any, array: np.ndarray) -> None:
-        """Copy contiguous host ``array`` to device memory ``dst``."""
+    def host_buffer(self, nbytes: int) -> np.ndarray:
+        """A uint8 host staging buffer (page-locked where the driver can), reused for uploads."""
 
     @abstractmethod
-    def download(self, out: np.ndarray, src: Any) -> None:
-        """Copy device memory ``src`` into contiguous host ``out``."""
+    def upload(self, dst: int, array: np.ndarray) -> None:
+        """Copy contiguous host ``array`` to device address ``dst`` (synchronously)."""
+
+    @abstractmethod
+    def download(self, out: np.ndarray, src: int) -> None:
+        """Copy from device address ``src`` into contiguous host ``out`` (synchronously)."""
 
     @abstractmethod
     def launch(self, function: Any, grid: int, block: int, shared_bytes: int,
                args: Sequence[tuple[str, Any]], cooperative: bool) -> None:
-        """Launch on the default stream. ``args`` are ``("ptr", allocation)`` or ``("i32", int)``."""
+        """Launch on the default stream. ``args`` are ``("ptr", address)`` or ``("i32", int)``."""
 
     @abstractmethod
     def synchronize(self) -> None:
@@ -110,6 +116,8 @@ class LibCuda:
             "cuLaunchKernel": [vp, u, u, u, u, u, u, u, vp, ctypes.POINTER(vp), ctypes.POINTER(vp)],
             "cuLaunchCooperativeKernel": [vp, u, u, u, u, u, u, u, vp, ctypes.POINTER(vp)],
             "cuCtxSynchronize": [],
+            "cuMemcpyHtoD_v2": [ctypes.c_uint64, vp, sz],
+            "cuMemcpyDtoH_v2": [vp, ctypes.c_uint64, sz],
             "cuGetErrorName": [i, ctypes.POINTER(ctypes.c_char_p)],
             "cuGetErrorString": [i, ctypes.POINTER(ctypes.c_char_p)],
         }
@@ -182,6 +190,12 @@ class LibCuda:
     def synchronize(self) -> None:
         self.check(self.lib.cuCtxSynchronize(), "cuCtxSynchronize (a kernel failed)")
 
+    def upload(self, dst: int, array: np.ndarray) -> None:
+        self.check(self.lib.cuMemcpyHtoD_v2(dst, array.ctypes.data, array.nbytes), f"cuMemcpyHtoD({array.nbytes} bytes)")
+
+    def download(self, out: np.ndarray, src: int) -> None:
+        self.check(self.lib.cuMemcpyDtoH_v2(out.ctypes.data, src, out.nbytes), f"cuMemcpyDtoH({out.nbytes} bytes)")
+
 
 class PyCudaDriver(Driver):
     """The real driver: PyCUDA for the context and memory, :class:`LibCuda` for the rest."""
@@ -228,13 +242,18 @@ class PyCudaDriver(Driver):
         self._current()
         return self.pool.allocate(max(int(nbytes), 16))
 
-    def upload(self, dst: Any, array: np.ndarray) -> None:
-        if array.nbytes:
-            self.cuda.memcpy_htod(dst, array)
+    def host_buffer(self, nbytes: int) -> np.ndarray:
+        return self.cuda.pagelocked_empty(max(int(nbytes), 16), np.uint8)
 
-    def download(self, out: np.ndarray, src: Any) -> None:
+    def upload(self, dst: int, array: np.ndarray) -> None:
+        if array.nbytes:
+            self._current()
+            self.libcuda.upload(int(dst), np.ascontiguousarray(array))
+
+    def download(self, out: np.ndarray, src: int) -> None:
         if out.nbytes:
-            self.cuda.memcpy_dtoh(out, src)
+            self._current()
+            self.libcuda.download(out, int(src))
 
     def launch(self, function: Any, grid: int, block: int, shared_bytes: int,
                args: Sequence[tuple[str, Any]], cooperative: bool) -> None:

@@ -9,8 +9,10 @@ Pipeline position: the last stage of the ``cuda`` backend. ``cortex.core.executa
   level with a grid barrier between them; its grid is at most the co-resident blocks;
 * ``kernel_form='per_level'`` — the host loop launches one kernel per level (the fallback).
 
-Grid sizes come from :mod:`launch` (the widest level's node count where the host can see it,
-via the index buffers' host copies kept by :meth:`CudaRuntime.upload`). :class:`CompiledProgram`
+Uploads are deferred: each launch first copies every pending upload in one packed transfer from
+a page-locked staging buffer (one copy per call instead of one per index buffer). Grid sizes come
+from :mod:`launch` (the widest level's node count where the host can see it, via the host copies
+the uploads keep). :class:`CompiledProgram`
 offers the interpreter's calling convention, ``run(buffers, sizes) -> dict`` of host arrays,
 for tests and tools. The driver is created on first use, so the backend (and code generation)
 exists on machines without a GPU; any device operation there raises
@@ -33,14 +35,21 @@ from cortex.plugins.cuda.driver import Driver
 from cortex.plugins.cuda.launch import KernelPlan, LaunchConfig, host_launches
 
 
-@dataclass
-class DeviceArray:
-    """A device buffer: the allocation, its shape and dtype, and (for uploads) the host array
-    it came from — used only to size grids, never read back as data."""
+#: Alignment of each buffer inside a packed upload (CUDA allocations are 256-byte aligned).
+ALIGN = 256
 
-    allocation: Any
+
+@dataclass(eq=False)
+class DeviceArray:
+    """A device buffer: its shape and dtype, the allocation that owns its memory and its device
+    address. An upload stays *pending* (``address`` None, data in ``host``) until the next
+    launch, which copies every pending buffer in one transfer (see :meth:`CudaRuntime.flush`);
+    ``host`` is also what sizes grids (index buffers), never read back as results."""
+
     shape: tuple[int, ...]
     dtype: np.dtype
+    owner: Any = None
+    address: int | None = None
     host: np.ndarray | None = None
 
     @property
@@ -48,7 +57,9 @@ class DeviceArray:
         return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
 
     def __int__(self) -> int:
-        return int(self.allocation)
+        if self.address is None:
+            raise RuntimeError("internal error: a pending upload was used before CudaRuntime.flush")
+        return self.address
 
 
 class _LoadedProgram:
@@ -90,6 +101,7 @@ class CudaRuntime(Runtime):
         self._why_not = why_not
         self._driver: Driver | None = None
         self._loaded: dict[int, tuple[Cubin, _LoadedProgram]] = {}
+        self._staging: np.ndarray | None = None
         self.last_launches: list[LaunchConfig] = []  # what the last launch() did (for tests, tools)
 
     # ------------------------------------------------------------------ driver
@@ -120,19 +132,46 @@ class CudaRuntime(Runtime):
         dtype = np.dtype(dtype)
         shape = tuple(int(d) for d in shape)
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        return DeviceArray(self.driver.alloc(nbytes), shape, dtype)
+        owner = self.driver.alloc(nbytes)
+        return DeviceArray(shape, dtype, owner, int(owner))
 
     def upload(self, array: np.ndarray) -> DeviceArray:
-        array = np.ascontiguousarray(array)
-        buf = DeviceArray(self.driver.alloc(array.nbytes), array.shape, array.dtype, host=array)
-        self.driver.upload(buf.allocation, array)
-        return buf
+        """A device buffer holding a copy of ``array``; the copy reaches the device with the
+        next launch's single packed transfer (or at :meth:`flush`)."""
+        _ = self.driver  # fail here, with the reason, where the target cannot run
+        array = np.array(array, copy=True, order="C")
+        return DeviceArray(array.shape, array.dtype, host=array)
+
+    def flush(self, buffers: Iterable[DeviceArray]) -> None:
+        """Copy every pending upload among ``buffers`` to the device in one transfer: packed
+        (256-byte aligned) into one page-locked staging buffer and one device allocation."""
+        pending, seen = [], set()
+        for b in buffers:
+            if isinstance(b, DeviceArray) and b.address is None and id(b) not in seen:
+                pending.append(b)
+                seen.add(id(b))
+        if not pending:
+            return
+        offsets, total = [], 0
+        for b in pending:
+            offsets.append(total)
+            total += (b.nbytes + ALIGN - 1) // ALIGN * ALIGN
+        if self._staging is None or self._staging.nbytes < total:
+            self._staging = self.driver.host_buffer(max(total, 2 * (self._staging.nbytes if self._staging is not None else 0)))
+        staging = self._staging
+        for b, off in zip(pending, offsets):
+            staging[off:off + b.nbytes] = b.host.reshape(-1).view(np.uint8)
+        owner = self.driver.alloc(total)
+        self.driver.upload(int(owner), staging[:total])
+        for b, off in zip(pending, offsets):
+            b.owner, b.address = owner, int(owner) + off
 
     def download(self, buffer: DeviceArray, out: np.ndarray) -> np.ndarray:
         if out.shape != buffer.shape or out.dtype != buffer.dtype or not out.flags.c_contiguous:
             raise ValueError(f"download into {out.dtype}{list(out.shape)} (contiguous: {out.flags.c_contiguous}) "
                              f"from a device buffer {buffer.dtype}{list(buffer.shape)}")
-        self.driver.download(out, buffer.allocation)
+        self.flush([buffer])
+        self.driver.download(out, int(buffer))
         return out
 
     def launch(self, artifact: Any, args: tuple[Any, ...], **launch_config: Any) -> None:
@@ -152,7 +191,8 @@ class CudaRuntime(Runtime):
                                 f"got {type(a).__name__}")
         sizes = {s.name: int(v) for s, v in zip(program.sizes, args[nb:])}
         hosts = {b.name: a.host for b, a in zip(program.buffers, buffers) if b.role == "index" and a.host is not None}
-        pointer_args = [("ptr", a.allocation) for a in buffers] + [("i32", sizes[s.name]) for s in program.sizes]
+        self.flush(buffers)
+        pointer_args = [("ptr", int(a)) for a in buffers] + [("i32", sizes[s.name]) for s in program.sizes]
         driver = self.driver
         launches: list[LaunchConfig] = []
         for kernel, kargs in host_launches(program, sizes):
