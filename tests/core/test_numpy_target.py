@@ -4,7 +4,8 @@ Every zoo model (small sizes) x every structure family of ``tests/models/zoo_str
 (single leaf, chain, balanced, random, wide, DAG with shared children / grid / sequences, and
 all of them mixed in one batch) x float32/float64, through ``cortex.compile(...,
 target="numpy")`` and the user-facing input forms: edge lists (trees and DAGs), ``Grid`` for
-DAG-RNN, ``Sequence`` for the sequence models, nested tuples and the bundled s-expressions.
+DAG-RNN, ``Sequence`` for the sequence models, nested tuples, parent arrays and the bundled
+s-expressions.
 Then a sample of schedules per model: leaf specialization off, fusion off, unrolling and
 tiling, and random legal knob settings from the target's ScheduleSpace.
 
@@ -154,3 +155,9 @@ def test_nested_tuples_and_node_keys():
     assert_matches(model, out, "float64", "nested")
     keys = out.keys(0)
     assert len(keys) == 5 and out.node_origin.row(0, keys[-1]) == out.batch.roots[0]
+    from cortex.core.linearize import ParentArray
+
+    # the same first tree as a parent array: node 0 is the root, children ordered by id
+    same = exe([ParentArray([-1, 0, 0, 2, 2], words=[-1, 1, -1, 2, 3])])
+    np.testing.assert_allclose(same.root("h")[0], out.root("h")[0], rtol=1e-12, atol=1e-12)
+    assert_matches(model, same, "float64", "parent array")
