@@ -129,9 +129,13 @@ class _Module:
             self.fns[name] = ll.Function(self.m, ll.FunctionType(ret, args), name)
         return self.fns[name]
 
-    def intrinsic(self, name: str, dtype: str, nargs: int = 1) -> ll.Function:
+    def intrinsic(self, name: str, dtype: str, nargs: int = 1, width: int = 0) -> ll.Function:
+        """``llvm.<name>`` for a float type, on ``width``-lane vectors when width > 0."""
         t = LTYPE[dtype]
         suffix = "f32" if dtype == "float32" else "f64"
+        if width:
+            t = ll.VectorType(t, width)
+            suffix = f"v{width}{suffix}"
         return self.decl(f"llvm.{name}.{suffix}", t, [t] * nargs)
 
     def pause(self, b: ll.IRBuilder) -> None:
@@ -186,6 +190,7 @@ class _KernelGen:
         self.partitioned = False  # inside the loop that is split across threads
         self.last_loop_synced = False
         self.loop_id = 0
+        self.vec: _VecCtx | None = None  # set while emitting the body of a vectorized loop
 
     # ---------------------------------------------------------------- helpers
     def dtype(self, e: ir.Expr) -> str:
@@ -195,25 +200,120 @@ class _KernelGen:
         return self.fn.append_basic_block(name)
 
     def i64(self, v: ll.Value) -> ll.Value:
-        return self.b.sext(v, I64)
+        return self.b.sext(v, ll.VectorType(I64, v.type.count) if _is_vec(v) else I64)
 
-    def address(self, name: str, index: tuple[ir.Expr, ...]) -> tuple[ll.Value, ll.Type]:
+    def splat(self, v: ll.Value, width: int) -> ll.Value:
+        if isinstance(v, ll.Constant) and not _is_vec(v):
+            return ll.Constant(ll.VectorType(v.type, width), [v] * width)
+        vt = ll.VectorType(v.type, width)
+        one = self.b.insert_element(ll.Constant(vt, ll.Undefined), v, ll.Constant(I32, 0))
+        return self.b.shuffle_vector(one, ll.Constant(vt, ll.Undefined), ll.Constant(ll.VectorType(I32, width), [0] * width))
+
+    def match(self, *vals: ll.Value) -> list[ll.Value]:
+        """Broadcast scalars when any operand is a vector (inside a vectorized loop)."""
+        widths = {v.type.count for v in vals if _is_vec(v)}
+        if not widths:
+            return list(vals)
+        (w,) = widths
+        return [v if _is_vec(v) else self.splat(v, w) for v in vals]
+
+    def const_like(self, ty: ll.Type, value) -> ll.Constant:
+        if isinstance(ty, ll.VectorType):
+            return ll.Constant(ty, [ll.Constant(ty.element, value)] * ty.count)
+        return ll.Constant(ty, value)
+
+    def varying(self, e: ir.Node) -> bool:
+        return self.vec is not None and _contains(e, lambda n: isinstance(n, ir.Var) and n.name in self.vec.varying)
+
+    def load(self, name: str, index: tuple[ir.Expr, ...]) -> ll.Value:
+        if self.varying(ir.Seq(()) if not index else _Idx(index)):
+            return self.vector_access(name, index, None)
+        ptr, ty = self.address(name, index)
+        return self.b.load(ptr, typ=ty)
+
+    def store(self, name: str, index: tuple[ir.Expr, ...], value: ll.Value) -> None:
+        if self.varying(_Idx(index)):
+            self.vector_access(name, index, value)
+            return
+        if _is_vec(value):
+            raise CodegenError(f"store to {name}[{', '.join(map(str, index))}]: every lane of the "
+                               f"vectorized loop {self.vec.var} writes the same element")
+        ptr, ty = self.address(name, index)
+        if value.type != ty:
+            raise CodegenError(f"store of {value.type} into {name} ({ty})")
+        self.b.store(value, ptr)
+
+    def vector_access(self, name: str, index: tuple[ir.Expr, ...], value: ll.Value | None) -> ll.Value | None:
+        """A load (``value`` None) or store whose index varies across the lanes: one vector
+        load/store when consecutive lanes touch consecutive elements, else one access per lane."""
+        vec = self.vec
+        assert vec is not None
+        shape = self.allocs[name].shape if name in self.allocs else tuple(self.p.buffer(name).shape)
+        dims = [d if isinstance(d, int) else ir.const_int(d) for d in shape]
+        elem = LTYPE[self.allocs[name].dtype if name in self.allocs else self.p.buffer(name).dtype]
+        stride = 0
+        row = 1
+        for k in reversed(range(len(index))):
+            st = vec.lane_stride(index[k])
+            if st is None or (st and row is None):
+                stride = None
+                break
+            stride += st * row
+            row = row * dims[k] if (row is not None and dims[k] is not None) else None
+        w = vec.width
+        if stride == 1:
+            lane0 = tuple(vec.lane0(i) for i in index)
+            saved, self.vec = self.vec, None
+            try:
+                ptr, ty = self.address(name, lane0)
+            finally:
+                self.vec = saved
+            vt = ll.VectorType(elem, w)
+            align = SIZEOF_LL[str(elem)]
+            if value is None:
+                return self.b.load(ptr, typ=vt, align=align)
+            (value,) = self.match(value) if _is_vec(value) else (self.splat(value, w),)
+            self.b.store(value, self.b.bitcast(ptr, vt.as_pointer()), align=align)
+            return None
+        # general case: lane by lane (offsets computed as a vector)
+        off, ty = self.flat_offset(name, index)
+        b = self.b
+        out = ll.Constant(ll.VectorType(elem, w), ll.Undefined)
+        if value is not None and not _is_vec(value):
+            value = self.splat(value, w)
+        for lane in range(w):
+            o = b.extract_element(off, ll.Constant(I32, lane)) if _is_vec(off) else off
+            ptr = b.gep(self.ptrs[name], [o], inbounds=True, source_etype=ty)
+            if value is None:
+                out = b.insert_element(out, b.load(ptr, typ=ty), ll.Constant(I32, lane))
+            else:
+                b.store(b.extract_element(value, ll.Constant(I32, lane)), ptr)
+        return out if value is None else None
+
+    def flat_offset(self, name: str, index: tuple[ir.Expr, ...]) -> tuple[ll.Value, ll.Type]:
+        """The row-major element offset (i64, a vector when the index varies) and element type."""
         if name in self.allocs:
             a = self.allocs[name]
-            if len(index) != len(a.shape):
-                raise CodegenError(f"access {name} with {len(index)} indices; it has {len(a.shape)} dims")
-            off = self.i64(self.expr(index[0]))
-            for i, d in zip(index[1:], a.shape[1:]):
-                off = self.b.add(self.b.mul(off, ll.Constant(I64, d), flags=["nsw"]), self.i64(self.expr(i)), flags=["nsw"])
-            ty = LTYPE[a.dtype]
-            return self.b.gep(self.ptrs[name], [off], inbounds=True, source_etype=ty), ty
-        bf = self.p.buffer(name)
-        if len(index) != len(bf.shape):
-            raise CodegenError(f"access {name} with {len(index)} indices; it has {len(bf.shape)} dims")
+            shape: tuple = tuple(ir.Const(d) for d in a.shape)
+            dtype = a.dtype
+        else:
+            bf = self.p.buffer(name)
+            shape, dtype = bf.shape, bf.dtype
+        if len(index) != len(shape):
+            raise CodegenError(f"access {name} with {len(index)} indices; it has {len(shape)} dims")
+        b = self.b
         off = self.i64(self.expr(index[0]))
-        for i, d in zip(index[1:], bf.shape[1:]):
-            off = self.b.add(self.b.mul(off, self.i64(self.expr(d)), flags=["nsw"]), self.i64(self.expr(i)), flags=["nsw"])
-        ty = LTYPE[bf.dtype]
+        for i, d in zip(index[1:], shape[1:]):
+            off, dim = self.match(off, self.i64(self.expr(d)))
+            off = b.mul(off, dim, flags=["nsw"])
+            off, ii = self.match(off, self.i64(self.expr(i)))
+            off = b.add(off, ii, flags=["nsw"])
+        return off, LTYPE[dtype]
+
+    def address(self, name: str, index: tuple[ir.Expr, ...]) -> tuple[ll.Value, ll.Type]:
+        off, ty = self.flat_offset(name, index)
+        if _is_vec(off):
+            raise CodegenError(f"internal: vector address for {name}")
         return self.b.gep(self.ptrs[name], [off], inbounds=True, source_etype=ty), ty
 
     def fconst(self, value: float, dtype: str) -> ll.Constant:
@@ -237,13 +337,12 @@ class _KernelGen:
             except KeyError:
                 raise CodegenError(f"unbound variable {e.name!r} in kernel {self.kernel.name}") from None
         if isinstance(e, ir.Load):
-            ptr, ty = self.address(e.buffer, e.index)
-            return b.load(ptr, typ=ty)
+            return self.load(e.buffer, e.index)
         if isinstance(e, ir.BinOp):
             return self.binop(e)
         if isinstance(e, ir.Cmp):
             t = self.dtype(e.a)
-            x, y = self.expr(e.a), self.expr(e.b)
+            x, y = self.match(self.expr(e.a), self.expr(e.b))
             if t in ir.FLOAT_DTYPES:
                 if e.op == "!=":
                     return b.fcmp_unordered("!=", x, y)
@@ -252,7 +351,8 @@ class _KernelGen:
                 return b.icmp_unsigned(e.op, x, y)
             return b.icmp_signed(e.op, x, y)
         if isinstance(e, ir.Not):
-            return b.xor(self.to_bool(e.a), ll.Constant(I1, 1))
+            v = self.to_bool(e.a)
+            return b.xor(v, self.const_like(v.type, 1))
         if isinstance(e, ir.Select):
             return self.select(e)
         if isinstance(e, ir.Cast):
@@ -269,15 +369,15 @@ class _KernelGen:
         if t == ir.BOOL:
             return v
         if t == ir.INT:
-            return self.b.icmp_signed("!=", v, ll.Constant(I32, 0))
-        return self.b.fcmp_unordered("!=", v, self.fconst(0.0, t))
+            return self.b.icmp_signed("!=", v, self.const_like(v.type, 0))
+        return self.b.fcmp_unordered("!=", v, self.const_like(v.type, 0.0))
 
     def binop(self, e: ir.BinOp) -> ll.Value:
         b = self.b
         if e.op in ("and", "or"):
             x = self.to_bool(e.a)
-            if not _needs_branch(e.b):
-                y = self.to_bool(e.b)
+            if not _needs_branch(e.b) or _is_vec(x):
+                x, y = self.match(x, self.to_bool(e.b))
                 return b.and_(x, y) if e.op == "and" else b.or_(x, y)
             start = b.block
             rhs_bb, done = self.block("sc_rhs"), self.block("sc_done")
@@ -287,6 +387,8 @@ class _KernelGen:
                 b.cbranch(x, done, rhs_bb)
             b.position_at_end(rhs_bb)
             y = self.to_bool(e.b)
+            if _is_vec(y):
+                raise CodegenError(f"internal: uniform short-circuit with a varying right side in {e}")
             rhs_end = b.block
             b.branch(done)
             b.position_at_end(done)
@@ -295,7 +397,8 @@ class _KernelGen:
             phi.add_incoming(y, rhs_end)
             return phi
         t = self.dtype(e.a)
-        x, y = self.expr(e.a), self.expr(e.b)
+        x, y = self.match(self.expr(e.a), self.expr(e.b))
+        w = x.type.count if _is_vec(x) else 0
         if t in ir.FLOAT_DTYPES:
             if e.op == "+":
                 return b.fadd(x, y)
@@ -306,7 +409,7 @@ class _KernelGen:
             if e.op == "/":
                 return b.fdiv(x, y)
             if e.op in ("min", "max"):
-                return b.call(self.mod.intrinsic("minnum" if e.op == "min" else "maxnum", t, 2), [x, y])
+                return b.call(self.mod.intrinsic("minnum" if e.op == "min" else "maxnum", t, 2, w), [x, y])
             raise CodegenError(f"float operands for {e.op!r} in {e}")
         if t == ir.BOOL:
             raise CodegenError(f"bool operands for {e.op!r} in {e}; use and/or")
@@ -328,16 +431,23 @@ class _KernelGen:
     def select(self, e: ir.Select) -> ll.Value:
         b = self.b
         c = self.to_bool(e.cond)
-        if not _needs_branch(e.a) and not _needs_branch(e.b):
-            return b.select(c, self.expr(e.a), self.expr(e.b))
+        if (not _needs_branch(e.a) and not _needs_branch(e.b)) or _is_vec(c):
+            c, x, y = self.match(c, self.expr(e.a), self.expr(e.b))
+            return b.select(c, x, y)
         then_bb, else_bb, done = self.block("sel_then"), self.block("sel_else"), self.block("sel_done")
         b.cbranch(c, then_bb, else_bb)
+        vary = self.varying(e.a) or self.varying(e.b)
+        w = self.vec.width if vary else 0
         b.position_at_end(then_bb)
         x = self.expr(e.a)
+        if vary and not _is_vec(x):
+            x = self.splat(x, w)
         then_end = b.block
         b.branch(done)
         b.position_at_end(else_bb)
         y = self.expr(e.b)
+        if vary and not _is_vec(y):
+            y = self.splat(y, w)
         else_end = b.block
         b.branch(done)
         b.position_at_end(done)
@@ -354,49 +464,81 @@ class _KernelGen:
             return v
         if dst == ir.BOOL:
             return self.to_bool(e.a)
+
+        def ty(name: str) -> ll.Type:
+            return ll.VectorType(LTYPE[name], v.type.count) if _is_vec(v) else LTYPE[name]
+
         if src == ir.BOOL:
-            return b.zext(v, I32) if dst == ir.INT else b.uitofp(v, LTYPE[dst])
+            return b.zext(v, ty(ir.INT)) if dst == ir.INT else b.uitofp(v, ty(dst))
         if src == ir.INT:
-            return b.sitofp(v, LTYPE[dst])
+            return b.sitofp(v, ty(dst))
         if dst == ir.INT:
-            return b.fptosi(v, I32)
-        return b.fpext(v, F64) if dst == "float64" else b.fptrunc(v, F32)
+            return b.fptosi(v, ty(ir.INT))
+        return b.fpext(v, ty(dst)) if dst == "float64" else b.fptrunc(v, ty(dst))
 
     def exp(self, x: ll.Value, t: str) -> ll.Value:
-        return self.b.call(self.mod.intrinsic("exp", t), [x])
+        if t == "float32":
+            return self.exp_f32(x)
+        return self.b.call(self.mod.intrinsic("exp", t, 1, _width(x)), [x])
+
+    def exp_f32(self, x: ll.Value) -> ll.Value:
+        """exp for float32 scalars or vectors, inline so it vectorizes (no libm call):
+        x = n ln2 + r, |r| <= ln2/2; e^r by a degree-7 Taylor polynomial (rel. error < 1e-8);
+        2^n from the exponent bits. Clamped to [-87.3, 88.0] (so 0 and +inf come out as
+        ~1e-38 and ~1.6e38); NaN propagates (comparisons are false for NaN)."""
+        b = self.b
+        c = lambda v: self.const_like(x.type, v)  # noqa: E731
+        x = b.select(b.fcmp_ordered(">", x, c(88.0)), c(88.0), x)
+        x = b.select(b.fcmp_ordered("<", x, c(-87.3)), c(-87.3), x)
+        w = _width(x)
+        n = b.call(self.mod.intrinsic("rint", "float32", 1, w), [b.fmul(x, c(1.4426950408889634))])
+        r = b.call(self.mod.intrinsic("fma", "float32", 3, w), [n, c(-0.693145751953125), x])
+        r = b.call(self.mod.intrinsic("fma", "float32", 3, w), [n, c(-1.428606765330187e-06), r])
+        p = c(1.0 / 5040)
+        for k in (720, 120, 24, 6, 2, 1, 1):
+            p = b.call(self.mod.intrinsic("fma", "float32", 3, w), [p, r, c(1.0 / k)])
+        ity = ll.VectorType(I32, w) if w else I32
+        ni = b.fptosi(n, ity)
+        bits = b.shl(b.add(ni, self.const_like(ity, 127)), self.const_like(ity, 23))
+        scale = b.bitcast(bits, x.type)
+        return b.fmul(p, scale)
 
     def call(self, e: ir.Call) -> ll.Value:
         b = self.b
         t = self.dtype(e.args[0])
-        args = [self.expr(a) for a in e.args]
+        args = self.match(*[self.expr(a) for a in e.args])
         x = args[0]
+        w = _width(x)
         if t == ir.INT:
             if e.fn == "abs":
-                neg = b.sub(ll.Constant(I32, 0), x)
-                return b.select(b.icmp_signed("<", x, ll.Constant(I32, 0)), neg, x)
+                neg = b.sub(self.const_like(x.type, 0), x)
+                return b.select(b.icmp_signed("<", x, self.const_like(x.type, 0)), neg, x)
             raise CodegenError(f"{e.fn} of an int32 value is not supported; cast it to a float type first")
         if t == ir.BOOL:
             raise CodegenError(f"{e.fn} of a bool value is not supported")
-        one = self.fconst(1.0, t)
+        one = self.const_like(x.type, 1.0)
+        two = self.const_like(x.type, 2.0)
         if e.fn == "sigmoid":
             ex = self.exp(b.fneg(x), t)
             return b.fdiv(one, b.fadd(one, ex))
         if e.fn == "tanh":
-            ex = self.exp(b.fmul(x, self.fconst(2.0, t)), t)
-            return b.fsub(one, b.fdiv(self.fconst(2.0, t), b.fadd(ex, one)))
+            ex = self.exp(b.fmul(x, two), t)
+            return b.fsub(one, b.fdiv(two, b.fadd(ex, one)))
+        if e.fn == "exp":
+            return self.exp(x, t)
         if e.fn == "abs":
-            return b.call(self.mod.intrinsic("fabs", t), [x])
-        if e.fn in ("exp", "log", "sqrt"):
-            return b.call(self.mod.intrinsic(e.fn, t), [x])
+            return b.call(self.mod.intrinsic("fabs", t, 1, w), [x])
+        if e.fn in ("log", "sqrt"):
+            return b.call(self.mod.intrinsic(e.fn, t, 1, w), [x])
         if e.fn == "fma":
-            return b.call(self.mod.intrinsic("fma", t, 3), args)
+            return b.call(self.mod.intrinsic("fma", t, 3, w), args)
         raise CodegenError(f"unknown intrinsic {e.fn!r}")
 
     def reduce(self, e: ir.Reduce) -> ll.Value:
         # Hoist a Select whose condition does not depend on the reduction variable: two loops.
         for n in ir.walk(e.body):
             if isinstance(n, ir.Select) and not _uses_var(n.cond, e.var) and not _contains(
-                    n.cond, lambda m: isinstance(m, ir.Reduce)) and self._bound(n.cond):
+                    n.cond, lambda m: isinstance(m, ir.Reduce)) and self._bound(n.cond) and not self.varying(n.cond):
                 mapping_a = ir.transform(e.body, lambda m, n=n: n.a if m == n else None)
                 mapping_b = ir.transform(e.body, lambda m, n=n: n.b if m == n else None)
                 return self.select(ir.Select(n.cond, ir.Reduce(e.op, e.var, e.start, e.stop, mapping_a),
@@ -407,58 +549,82 @@ class _KernelGen:
         """Every variable of ``cond`` is bound here (not a let inside the reduce body)."""
         return all(n.name in self.env for n in ir.walk(cond) if isinstance(n, ir.Var))
 
+    def combine(self, op: str, dt: str, acc: ll.Value, v: ll.Value) -> ll.Value:
+        b = self.b
+        acc, v = self.match(acc, v)
+        if op == "max":
+            if dt in ir.FLOAT_DTYPES:
+                return b.call(self.mod.intrinsic("maxnum", dt, 2, _width(acc)), [acc, v])
+            return b.select(b.icmp_signed(">", acc, v), acc, v)
+        if dt in ir.FLOAT_DTYPES:
+            nxt = b.fadd(acc, v)
+            nxt.flags.extend(FAST_REDUCE)
+            if isinstance(v, ll.Instruction) and v.opname == "fmul":
+                v.flags.extend(FAST_REDUCE)
+            return nxt
+        return b.add(acc, v)
+
     def reduce_loop(self, e: ir.Reduce) -> ll.Value:
         b = self.b
         dt = self.dtype(e.body)
-        ty = LTYPE[dt]
         if dt == ir.BOOL:
             raise CodegenError(f"reduction {e.op} over bool values is not supported")
+        if e.op == "mean" and dt not in ir.FLOAT_DTYPES:
+            raise CodegenError("mean over int32 values is not supported; cast to a float type")
+        ty = LTYPE[dt]
+        if self.varying(e.body):
+            ty = ll.VectorType(ty, self.vec.width)
+        if self.varying(e.start) or self.varying(e.stop):
+            raise CodegenError(f"internal: reduction {e.var} with a lane-dependent range")
         lo, hi = self.expr(e.start), self.expr(e.stop)
         if e.op == "max":
-            init = ll.Constant(ty, float("-inf")) if dt in ir.FLOAT_DTYPES else ll.Constant(I32, -2**31)
+            init = self.const_like(ty, float("-inf") if dt in ir.FLOAT_DTYPES else -2**31)
         else:
-            init = ll.Constant(ty, 0.0 if dt in ir.FLOAT_DTYPES else 0)
+            init = self.const_like(ty, 0.0 if dt in ir.FLOAT_DTYPES else 0)
+        # several partial sums hide the FMA latency of vector dot products
+        trip = None
+        if ir.const_int(e.start) is not None and ir.const_int(e.stop) is not None:
+            trip = ir.const_int(e.stop) - ir.const_int(e.start)
+        parts = 4 if (isinstance(ty, ll.VectorType) and e.op == "sum" and trip and trip % 4 == 0 and trip >= 8) else 1
         pre = b.block
         body_bb, exit_bb = self.block(f"red_{e.var}"), self.block(f"red_{e.var}_end")
         b.cbranch(b.icmp_signed("<", lo, hi), body_bb, exit_bb)
         b.position_at_end(body_bb)
         i = b.phi(I32, name=e.var)
-        acc = b.phi(ty, name=f"acc_{e.var}")
+        accs = [b.phi(ty, name=f"acc_{e.var}") for _ in range(parts)]
         i.add_incoming(lo, pre)
-        acc.add_incoming(init, pre)
-        self.env[e.var] = (i, ir.INT)
-        try:
-            v = self.expr(e.body)
-        finally:
-            del self.env[e.var]
-        if e.op == "max":
-            if dt in ir.FLOAT_DTYPES:
-                nxt = b.call(self.mod.intrinsic("maxnum", dt, 2), [acc, v])
-            else:
-                nxt = b.select(b.icmp_signed(">", acc, v), acc, v)
-        elif dt in ir.FLOAT_DTYPES:
-            nxt = b.fadd(acc, v)
-            nxt.flags.extend(FAST_REDUCE)
-            if isinstance(v, ll.Instruction) and v.opname == "fmul":
-                v.flags.extend(FAST_REDUCE)
-        else:
-            nxt = b.add(acc, v)
-        i_next = b.add(i, ll.Constant(I32, 1), flags=["nsw"])
+        for a in accs:
+            a.add_incoming(init, pre)
+        nxts = []
+        for q in range(parts):
+            iq = i if q == 0 else b.add(i, ll.Constant(I32, q), flags=["nsw"])
+            self.env[e.var] = (iq, ir.INT)
+            try:
+                v = self.expr(e.body)
+            finally:
+                del self.env[e.var]
+            nxts.append(self.combine(e.op, dt, accs[q], v))
+        i_next = b.add(i, ll.Constant(I32, parts), flags=["nsw"])
         end = b.block
         latch = b.cbranch(b.icmp_signed("<", i_next, hi), body_bb, exit_bb)
         i.add_incoming(i_next, end)
-        acc.add_incoming(nxt, end)
+        for a, nxt in zip(accs, nxts):
+            a.add_incoming(nxt, end)
         self._loop_md(latch, "serial", None)
         b.position_at_end(exit_bb)
-        out = b.phi(ty)
-        out.add_incoming(init, pre)
-        out.add_incoming(nxt, end)
+        outs = []
+        for nxt in nxts:
+            out = b.phi(ty)
+            out.add_incoming(init, pre)
+            out.add_incoming(nxt, end)
+            outs.append(out)
+        out = outs[0]
+        for o in outs[1:]:
+            out = self.combine(e.op, dt, out, o)
         if e.op == "mean":
             n = b.sub(hi, lo)
-            cnt = b.sitofp(b.select(b.icmp_signed(">", n, ll.Constant(I32, 0)), n, ll.Constant(I32, 1)), ty) \
-                if dt in ir.FLOAT_DTYPES else None
-            if cnt is None:
-                raise CodegenError("mean over int32 values is not supported; cast to a float type")
+            cnt = b.sitofp(b.select(b.icmp_signed(">", n, ll.Constant(I32, 0)), n, ll.Constant(I32, 1)), LTYPE[dt])
+            out, cnt = self.match(out, cnt)
             out = b.fdiv(out, cnt)
         return out
 
@@ -505,20 +671,23 @@ class _KernelGen:
             b.call(self.barrier_fn, [self.nth])
             return
         if isinstance(s, ir.Store):
-            ptr, ty = self.address(s.buffer, s.index)
-            v = self.expr(s.value)
-            if v.type != ty:
-                raise CodegenError(f"store of {v.type} into {s.buffer} ({ty})")
-            b.store(v, ptr)
+            self.store(s.buffer, s.index, self.expr(s.value))
             return
         if isinstance(s, ir.Let):
             if s.var in self.env:
                 raise CodegenError(f"let {s.var} shadows a name in kernel {self.kernel.name}")
-            self.env[s.var] = (self.expr(s.value), self.dtype(s.value))
+            value = self.expr(s.value)
+            self.env[s.var] = (value, self.dtype(s.value))
+            if _is_vec(value):
+                self.vec.varying.add(s.var)
+                self.vec.let_ir[s.var] = s.value
             try:
                 self.stmt(s.body)
             finally:
                 del self.env[s.var]
+                if self.vec is not None:
+                    self.vec.varying.discard(s.var)
+                    self.vec.let_ir.pop(s.var, None)
             return
         if isinstance(s, ir.If):
             c = self.to_bool(s.cond)
@@ -576,10 +745,28 @@ class _KernelGen:
     def _inner_alloc(s: ir.Stmt, name: str) -> bool:
         return _contains(s, lambda n: isinstance(n, ir.Alloc) and n.name == name)
 
+    def vector_loop(self, s: ir.For, width: int) -> None:
+        """The body of a vectorized loop once, on ``width``-lane vectors (no loop at all)."""
+        start = ir.const_int(s.start)
+        lanes = ll.Constant(ll.VectorType(I32, width), [start + k for k in range(width)])
+        self.vec = _VecCtx(s.var, width, start, {s.var}, {})
+        self.env[s.var] = (lanes, ir.INT)
+        try:
+            self.stmt(s.body)
+        finally:
+            del self.env[s.var]
+            self.vec = None
+
     def loop(self, s: ir.For) -> None:
         b = self.b
         if s.var in self.env:
             raise CodegenError(f"loop variable {s.var} shadows a name in kernel {self.kernel.name}")
+        if s.kind == "vectorized" and self.vec is None:
+            width = vector_width(s)
+            if width:
+                self.vector_loop(s, width)
+                self.last_loop_synced = False
+                return
         start, stop = self.expr(s.start), self.expr(s.stop)
         split = s.kind in PARTITIONED_KINDS and not self.partitioned
         if split:
@@ -622,6 +809,134 @@ class _KernelGen:
         self.b.ret_void()
         self.entry_builder.branch(self.fn.basic_blocks[1])  # allocas first, then the body
         return self.fn
+
+
+def _is_vec(v: ll.Value) -> bool:
+    return isinstance(v.type, ll.VectorType)
+
+
+def _width(v: ll.Value) -> int:
+    return v.type.count if _is_vec(v) else 0
+
+
+SIZEOF_LL = {"i32": 4, "i1": 1, "float": 4, "double": 8}
+
+
+@dataclass(frozen=True)
+class _Idx(ir.Node):
+    """A tuple of index expressions as one node (for the varying test)."""
+
+    index: tuple
+
+
+class _VecCtx:
+    """The vectorized loop being emitted: its variable, lanes, and what varies across lanes."""
+
+    def __init__(self, var: str, width: int, start: int, varying: set[str], let_ir: dict) -> None:
+        self.var, self.width, self.start = var, width, start
+        self.varying = varying
+        self.let_ir: dict[str, ir.Expr] = let_ir
+
+    def _varies(self, e: ir.Node) -> bool:
+        return _contains(e, lambda n: isinstance(n, ir.Var) and n.name in self.varying)
+
+    def lane0(self, e: ir.Expr) -> ir.Expr:
+        """``e`` for the first lane, written with uniform names only."""
+        for _ in range(len(self.let_ir) + 2):
+            if not self._varies(e):
+                return e
+            e = ir.substitute(e, {**self.let_ir, self.var: ir.Const(self.start)})  # type: ignore[assignment]
+        raise CodegenError(f"internal: cannot express {e} for lane 0")
+
+    def lane_stride(self, e: ir.Expr) -> int | None:
+        r = self._affine(e)
+        return None if r is None else r[0]
+
+    def _affine(self, e: ir.Expr) -> tuple[int, int] | None:
+        """(stride across lanes, a known divisor of the lane-0 value (0: it is 0)) or None."""
+        import math
+
+        if not self._varies(e):
+            return 0, _divisor(e)
+        if isinstance(e, ir.Var):
+            if e.name == self.var:
+                return 1, abs(self.start)
+            if e.name in self.let_ir:
+                return self._affine(self.let_ir[e.name])
+            return None
+        if isinstance(e, ir.BinOp) and e.op in ("+", "-"):
+            a, b = self._affine(e.a), self._affine(e.b)
+            if a is None or b is None:
+                return None
+            return (a[0] + b[0] if e.op == "+" else a[0] - b[0]), math.gcd(a[1], b[1])
+        if isinstance(e, ir.BinOp) and e.op == "*":
+            for x, y in ((e.a, e.b), (e.b, e.a)):
+                c = ir.const_int(y)
+                if c is not None:
+                    a = self._affine(x)
+                    return None if a is None else (a[0] * c, a[1] * abs(c))
+            return None
+        if isinstance(e, ir.BinOp) and e.op in ("//", "%"):
+            c = ir.const_int(e.b)
+            a = self._affine(e.a)
+            if c is None or c <= 0 or a is None:
+                return None
+            st, m = a
+            if st < 0 or m % c or st * (self.width - 1) >= c:
+                return None
+            return (0, m // c) if e.op == "//" else (st, 0)
+        return None
+
+
+def _divisor(e: ir.Expr) -> int:
+    """A known divisor of an int expression's value (0: the value is 0)."""
+    import math
+
+    c = ir.const_int(e)
+    if c is not None:
+        return abs(c)
+    if isinstance(e, ir.BinOp):
+        if e.op == "*":
+            return _divisor(e.a) * _divisor(e.b)
+        if e.op in ("+", "-"):
+            return math.gcd(_divisor(e.a), _divisor(e.b))
+        if e.op == "//":
+            c = ir.const_int(e.b)
+            m = _divisor(e.a)
+            return m // c if c and c > 0 and m % c == 0 else 1
+    return 1
+
+
+def vector_width(loop: ir.For) -> int:
+    """Lanes for emitting ``loop`` as straight-line vector code, or 0 (then it stays a loop with
+    vectorize metadata): a constant trip count of 2..64 and a body of lets, stores and
+    uniform ifs whose lane-dependent selects/ands/ors have sides that are safe to evaluate for
+    every lane (no masked loads are generated), reductions with uniform ranges."""
+    lo, hi = ir.const_int(loop.start), ir.const_int(loop.stop)
+    if lo is None or hi is None or not 2 <= hi - lo <= 64:
+        return 0
+    varying = {loop.var}
+
+    def varies(e: ir.Node) -> bool:
+        return _contains(e, lambda n: isinstance(n, ir.Var) and n.name in varying)
+
+    for n in ir.walk(loop.body):
+        if isinstance(n, (ir.For, ir.Alloc, ir.Barrier)):
+            return 0
+        if isinstance(n, ir.Let) and varies(n.value):
+            varying.add(n.var)
+    for n in ir.walk(loop.body):
+        if isinstance(n, ir.If) and varies(n.cond):
+            return 0
+        if isinstance(n, ir.Select) and varies(n.cond) and (_needs_branch(n.a) or _needs_branch(n.b)):
+            return 0
+        if isinstance(n, ir.BinOp) and n.op in ("and", "or") and _needs_branch(n.b) and varies(n):
+            return 0
+        if isinstance(n, ir.Reduce) and (varies(n.start) or varies(n.stop)):
+            return 0
+        if isinstance(n, ir.Store) and not varies(_Idx(n.index)):
+            return 0
+    return hi - lo
 
 
 class _LoopMD:
