@@ -34,6 +34,7 @@ import numpy as np
 from cortex.core.backend import Backend, Source
 from cortex.core.graph import RecursiveGraph
 from cortex.core.interpret import eval_shape, np_dtype
+from cortex.core.loopir import Program
 from cortex.core.outputs import Outputs
 from cortex.core.schedule import Schedule
 from cortex.core.structure import LinearizedBatch
@@ -80,7 +81,7 @@ class Executable:
         return self.lowered.graph
 
     @property
-    def program(self):
+    def program(self) -> Program:
         return self.lowered.program
 
     @property
