@@ -59,6 +59,15 @@ _C_RESERVED = set(keyword.kwlist) | {
     "inline", "auto", "register", "enum", "bool", "half", "kernel", "global", "local", "shared",
     "private", "constant", "main", "exp", "log", "tanh", "sqrt", "fabs", "fmax", "fmin", "fma",
 }
+# macros of <math.h> / <stdlib.h> / CUDA headers a buffer name must not collide with (MV-RNN's
+# word matrices are called M_E, which math.h defines as the constant e)
+_C_MACROS = {
+    "M_E", "M_LOG2E", "M_LOG10E", "M_LN2", "M_LN10", "M_PI", "M_PI_2", "M_PI_4", "M_1_PI",
+    "M_2_PI", "M_2_SQRTPI", "M_SQRT2", "M_SQRT1_2", "INFINITY", "NAN", "HUGE_VAL", "HUGE_VALF",
+    "NULL", "EOF", "RAND_MAX", "EXIT_SUCCESS", "EXIT_FAILURE", "FLT_MAX", "DBL_MAX", "FLT_MIN",
+    "DBL_MIN", "FLT_EPSILON", "DBL_EPSILON", "MAXFLOAT", "CHAR_BIT", "INT_MAX", "INT_MIN",
+    "errno", "assert", "threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize",
+}
 INDEX_BUFFERS = ("level_offsets", "child_offsets", "child_ids", "child_table", "word_ids", "features")
 SIZE_NAMES = ("N", "E", "L", "NL")
 
@@ -105,7 +114,7 @@ def lower(graph: RecursiveGraph, schedule: Schedule, capabilities: Capabilities,
         raise TypeError(f"schedule must be a cortex.core.schedule.Schedule, got {type(schedule).__name__}")
     verify_graph(graph)
     caps = capabilities
-    names = NameGen(set(SIZE_NAMES) | set(INDEX_BUFFERS) | _C_RESERVED | {"l", "lh", "u", "v"})
+    names = NameGen(set(SIZE_NAMES) | set(INDEX_BUFFERS) | _C_RESERVED | _C_MACROS | {"l", "lh", "u", "v"})
     state_buf = {s.name: _ident(names, s.name) for s in graph.states}
     used_params = _used_params(graph)
     derived = {d.name: d for d in graph.derived}
@@ -201,6 +210,8 @@ def _ident(names: NameGen, raw: str) -> str:
     base = re.sub(r"[^0-9A-Za-z_]+", "_", raw).strip("_") or "p"
     if base[0].isdigit():
         base = "p_" + base
+    if base in _C_MACROS or re.match(r"M_[A-Z0-9_]+$", base) and base.upper() == base:
+        base = base + "_"  # math.h's M_* constants and other macros: keep the name, dodge the macro
     return names.fresh(base)
 
 

@@ -269,3 +269,12 @@ def test_lowered_interface_and_errors():
     batch = mixed_batch(spec)
     states = run_lowered(low, spec.model.params, batch)
     assert set(states) == {"h"} and states["h"].shape == (batch.num_nodes, 8)
+
+
+def test_buffer_names_dodge_c_macros():
+    """MV-RNN's word matrices are the param ``M_E``, a <math.h> macro (the constant e) under nvcc
+    and GNU C: the buffer gets another name, and the name map says which."""
+    low = lower(SPEC["MVRNN"].graph, ScheduleSpace(GPU).default(), GPU)
+    names = dict(low.param_names)
+    assert names["M_E"] != "M_E" and names["M_E"].isidentifier()
+    assert "M_E" not in {b.name for b in low.program.buffers}
