@@ -10,7 +10,6 @@ import pytest
 
 from cortex.core import loopir as ir
 from cortex.core import reference
-from cortex.core.capabilities import Capabilities
 from cortex.core.linearize import ChildTable, linearize
 from cortex.core.loop_transforms import from_layout
 from cortex.core.loopir_verify import verify
