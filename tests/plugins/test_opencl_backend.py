@@ -129,6 +129,34 @@ def test_zoo_models_match_the_reference(model, dtype):
             _close(out.nodes(state), want, dtype)
 
 
+def _other_inputs():
+    from cortex.core.linearize import Grid, Sequence
+
+    rng = np.random.default_rng(5)
+    return {
+        "TreeFC": (lambda dt: cortex.models.TreeFC(vocab=20, embed=8, hidden=8, dtype=dt), [((1, 2), 3), 4]),
+        "DAGRNN": (lambda dt: cortex.models.DAGRNN(hidden=8, features=5, dtype=dt),
+                   [Grid(3, 4, features=rng.standard_normal((12, 5))), Grid(1, 2, features=rng.standard_normal((2, 5)))]),
+        "SeqLSTM": (lambda dt: cortex.models.SeqLSTM(hidden=8, vocab=20, embed=6, dtype=dt),
+                    [Sequence([1, 2, 3, 4]), Sequence([5])]),
+        "SeqGRU": (lambda dt: cortex.models.SeqGRU(hidden=8, features=5, dtype=dt),
+                   [Sequence(rng.standard_normal((4, 5)))]),
+    }
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("model", ["TreeFC", "DAGRNN", "SeqLSTM", "SeqGRU"])
+def test_grids_sequences_and_features_match_the_reference(model, dtype):
+    make, structures = _other_inputs()[model]
+    m = make(dtype)
+    exe = cortex.compile(m, target="opencl")
+    batch = exe.linearize(structures)
+    ref = evaluate(exe.graph, m.params, batch)
+    out = exe.run(batch)
+    for state, want in ref.items():
+        _close(out.nodes(state), want, dtype)
+
+
 def test_auto_form_uses_one_work_group_for_small_inputs_and_levels_for_big_ones(monkeypatch):
     from cortex.plugins.opencl import runtime
 

@@ -109,11 +109,12 @@ class OpenCLCompiler(Compiler):
         found = self._built.get((text, options))
         if found is not None:
             return found
+        program = cl.Program(self.device.context, text)
         try:
-            built = cl.Program(self.device.context, text).build(options=list(options))
+            built = program.build(options=list(options))
         except Exception as exc:  # cl.RuntimeError (build failure) or LogicError
             path = write_source(text, name)
-            log = _build_log(exc)
+            log = _build_log(program, self.device.device, exc)
             raise OpenCLBuildError(
                 f"the OpenCL compiler of {self.device.info.label} rejected the generated source "
                 f"for {name!r} (saved at {path}); build log:\n{log}", log, path) from None
@@ -134,12 +135,12 @@ class OpenCLCompiler(Compiler):
                                work_group_size=int(options.get("work_group_size", 0) or 0), form=form)
 
 
-def _build_log(exc: Exception) -> str:
-    logs = []
-    for item in getattr(exc, "build_logs", None) or []:  # pyopencl: [(device, log), ...]
-        try:
-            logs.append(str(item[1]).strip())
-        except Exception:
-            pass
-    text = "\n".join(x for x in logs if x)
-    return text or str(exc).strip()
+def _build_log(program: Any, device: Any, exc: Exception) -> str:
+    """The driver's build log for ``device`` (pyopencl's error text when there is none)."""
+    import pyopencl as cl
+
+    try:
+        log = str(program.get_build_info(device, cl.program_build_info.LOG)).strip()
+    except Exception:
+        log = ""
+    return log or str(exc).strip()
