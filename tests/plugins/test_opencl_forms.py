@@ -26,7 +26,7 @@ BUILDERS = {"tree_rnn": tree_rnn, "child_sum": child_sum, "tree_lstm": tree_lstm
 
 def _case(name: str, seed: int = 0):
     rng = np.random.default_rng(seed)
-    program = BUILDERS[name](form="per_level", dtype="float64")
+    program = BUILDERS[name](form="per_level", dtype="float64", H=4)
     batch = random_batch(rng, n_trees=3, max_leaves=5, arity=None if name == "child_sum" else 2)
     bufs, sizes = inputs(batch, program, rng)
     return program, bufs, sizes
