@@ -135,9 +135,8 @@ step tests $([ $rc -eq 0 ] && echo ok || echo failed) $(( $(date +%s) - s )) "$(
 
 s=$(date +%s)
 if "$PY" -c 'import cortex.testing' 2>/dev/null; then
-  CORTEX_TEST_REQUIRE=cuda timeout 150 "$PY" -m pytest -q -p no:cacheprovider --pyargs cortex.testing \
-    --cortex-targets cuda >"$OUT/conformance_cuda.txt" 2>&1 \
-  || CORTEX_TEST_REQUIRE=cuda timeout 150 "$PY" -m cortex.testing --targets cuda >>"$OUT/conformance_cuda.txt" 2>&1
+  timeout 150 "$PY" -m pytest -q -p no:cacheprovider --pyargs cortex.testing --cortex-target cuda \
+    >"$OUT/conformance_cuda.txt" 2>&1
   rc=$?
   step conformance $([ $rc -eq 0 ] && echo ok || echo failed) $(( $(date +%s) - s )) "$(tail -1 "$OUT/conformance_cuda.txt")"
 else

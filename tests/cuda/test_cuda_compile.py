@@ -81,23 +81,9 @@ def test_runtime_refuses_to_run_without_a_gpu_and_says_why():
         b.runtime.allocate((3,), "float32")
 
 
-def _without_mvrnn(programs: dict) -> dict:
-    return {k: v for k, v in programs.items() if "MVRNN" not in k}
-
-
-@needs_nvcc
-@pytest.mark.xfail(strict=True, reason="cortex/core/lower.py names MV-RNN's word-matrix param buffer 'M_E', "
-                   "which is <math.h>'s macro for e under nvcc: the source does not compile until lower.py "
-                   "reserves the M_* math macros (reported to the lowering's owner)")
-def test_mvrnn_compiles_to_a_cubin_for_sm_90(backend):
-    programs = {k: v for k, v in lowered_programs(backend.capabilities).items() if "MVRNN" in k}
-    assert len(programs) == 2
-    backend.compiler.compile_many([backend.renderer.render(p) for p in programs.values()], OPTIONS)
-
-
 @needs_nvcc
 def test_every_zoo_model_compiles_to_a_cubin_for_sm_90(backend):
-    programs = _without_mvrnn(lowered_programs(backend.capabilities))
+    programs = lowered_programs(backend.capabilities)
     programs.update({f"{k}_f64": v for k, v in lowered_programs(backend.capabilities, "float64").items()
                      if k.endswith("single") and ("TreeLSTM" in k or "ChildSum" in k)})
     sources = [backend.renderer.render(p) for p in programs.values()]
