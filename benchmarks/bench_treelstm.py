@@ -86,6 +86,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--models", default=",".join(ALL_MODELS), help="default: %(default)s")
     p.add_argument("--batches", default="1,10", help="batch sizes (default: %(default)s)")
     p.add_argument("--no-peers", action="store_true", help="measure only the Cortex targets")
+    p.add_argument("--peers", default="",
+                   help="only these peers (comma-separated names, e.g. torch_cuda_levels); "
+                        "default: every peer available for the model")
     p.add_argument("--torch-compile", action="store_true",
                    help="add the torch.compile peer (TreeLSTM; compiling takes 10-25 s)")
     p.add_argument("--threads", type=int, default=0,
@@ -422,6 +425,10 @@ def summarize(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 t["speedup_vs_best_peer"] = best["median_ms"] / r["median_ms"]
             if best_gpu and r["device"] == "cuda":
                 t["speedup_vs_best_gpu_peer"] = best_gpu["median_ms"] / r["median_ms"]
+            t["speedup_vs_peer"] = {p["name"]: p["median_ms"] / r["median_ms"]
+                                    for p in rows if p["kind"] == "peer"}
+            t["time_over_target"] = {o["name"]: r["median_ms"] / o["median_ms"] for o in rows
+                                     if o["kind"] == "cortex" and o["name"] != r["name"]}
             entry["targets"][r["name"]] = t
         out.append(entry)
     return out
@@ -436,6 +443,7 @@ def run(argv: list[str] | None = None, log: Callable[[str], None] | None = None)
                                     flush=True))
     models = split_names(args.models, ALL_MODELS, "models")
     targets = split_names(args.targets, ALL_TARGETS, "targets", strict=False)
+    only_peers = set(split_names(args.peers, (), "peers", strict=False))
     notes: list[str] = []
 
     torch_mod, torch_reason = None, None
@@ -477,6 +485,8 @@ def run(argv: list[str] | None = None, log: Callable[[str], None] | None = None)
                               **work.shape})
             if not args.no_peers:
                 for pname, device, builder in peer_builders(name, args, torch_reason, cuda):
+                    if only_peers and pname not in only_peers:
+                        continue
                     log(f"  peer {pname}")
                     cases.append(prepare_peer(work, pname, device, builder))
             for t in targets:
@@ -491,8 +501,7 @@ def run(argv: list[str] | None = None, log: Callable[[str], None] | None = None)
     return {
         "schema": SCHEMA,
         "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "command": [sys.executable, *([sys.argv[0]] if argv is None else ["bench_treelstm.py"]),
-                    *(sys.argv[1:] if argv is None else argv)],
+        "command": [sys.executable, *sys.argv] if argv is None else ["bench_treelstm.py", *argv],
         "quick": bool(args.quick),
         "environment": env,
         "settings": {**s.__dict__, "batches": list(s.batches), "tolerance": TOLERANCE,

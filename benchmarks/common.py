@@ -229,6 +229,8 @@ def environment(torch_mod: Any = None) -> dict[str, Any]:
         "numpy_blas": _blas_info(),
         "git_commit": git_commit(),
         "loadavg_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "thread_env": {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                                      "MKL_NUM_THREADS")},
     }
     if torch_mod is not None:
         env["torch"] = torch_mod.__version__
