@@ -18,6 +18,7 @@ grid barrier needs ``cuLaunchCooperativeKernel``, and its grid size needs
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import threading
 from abc import ABC, abstractmethod
@@ -216,6 +217,17 @@ class PyCudaDriver(Driver):
         self.pool = DeviceMemoryPool()
         self.modules: list[Any] = []
         self._threads = {threading.get_ident()}  # threads where the context is current
+        # like pycuda.autoinit: pop the context at exit, or PyCUDA reports a non-empty
+        # context stack at module cleanup
+        atexit.register(self.close)
+
+    def close(self) -> None:
+        """Free the pool's cached memory and pop the context this thread pushed."""
+        try:
+            self.pool.free_held()
+            self.context.pop()
+        except Exception:  # noqa: BLE001 - at exit, nothing useful can be done about it
+            pass
 
     def _current(self) -> None:
         # launches and copies from another thread need the context made current there (once)
