@@ -132,20 +132,11 @@ def _compile_cuda(srcs: dict[str, str], tmp_path: pathlib.Path, parts: int) -> N
 def test_cuda_of_every_zoo_model_compiles_with_nvcc(tmp_path):
     """Every model's default GPU schedule (float32) plus one variant each (fusion off, leaf
     specialization off or a random schedule), and the float64 default of every third model
-    (nvcc spends about half a second of CPU per program); MV-RNN is checked on its own below."""
+    (nvcc spends about half a second of CPU per program)."""
     f64 = {k: v for k, v in sources(CUDA, "float64", "none").items() if int(k[1:k.index("_")]) % 3 == 0}
     srcs = {**sources(CUDA, "float32", "one"), **f64}
     assert len(srcs) == 2 * len(zoo_cases("float32")) + len(f64) and len(f64) >= 3
-    _compile_cuda({k: v for k, v in srcs.items() if "MVRNN" not in k}, tmp_path, 2)
-
-
-@pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
-@pytest.mark.xfail(strict=True, reason="cortex/core/lower.py names MV-RNN's word-matrix buffer "
-                   "'M_E', which <math.h> defines as a macro (e) under nvcc, so the source does "
-                   "not compile until the lowering reserves the M_* math macros")
-def test_cuda_of_mvrnn_compiles_with_nvcc(tmp_path):
-    srcs = sources(CUDA, "float32", "none")
-    _compile_cuda({k: v for k, v in srcs.items() if "MVRNN" in k}, tmp_path, 1)
+    _compile_cuda(srcs, tmp_path, 2)
 
 
 def test_opencl_of_every_zoo_model_renders(tmp_path):
