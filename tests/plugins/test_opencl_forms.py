@@ -106,3 +106,15 @@ def test_host_evaluation_sizes_launches_from_the_index_arrays():
     assert forms.plan_groups(level, {}, {"level_offsets": offsets}, cap=7) == 7  # unknown -> cap
     assert forms.thread_extent(level) == 8
     assert forms.evaluate(ir.Var("a") * 3 // 2, {"a": 5}, {}) == 7
+
+
+@pytest.mark.parametrize("name", ["tree_lstm", "child_sum"])
+def test_split_reductions_sums_contiguous_blocks_per_step(name):
+    program, bufs, sizes = _case(name)
+    split = forms.split_reductions(program, ways=2, min_trip=4)
+    reduces = [n for n in ir.walk(split) if isinstance(n, ir.Reduce)]
+    gemv = [r for r in reduces if ir.const_int(r.stop - r.start) == 2]  # H=4 -> two blocks of 2
+    assert gemv and all(isinstance(r.body, ir.BinOp) and r.body.op == "+" for r in gemv)
+    assert forms.split_reductions(program, ways=3, min_trip=4) == program  # 3 does not divide 4
+    want = interpret.run(program, bufs, sizes)["h"]
+    np.testing.assert_allclose(interpret.run(split, bufs, sizes)["h"], want, rtol=1e-12, atol=1e-12)

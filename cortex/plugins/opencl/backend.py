@@ -19,4 +19,5 @@ from cortex.plugins.opencl.runtime import OpenCLRuntime
 
 def create_backend(options: Mapping[str, Any]) -> Backend:
     device = device_for(str(options.get("device", "")))
-    return Backend(capabilities(device.info), OpenCLRenderer(), OpenCLCompiler(device), OpenCLRuntime(device))
+    renderer = OpenCLRenderer(fast_math=bool(options.get("fast_math", True)))
+    return Backend(capabilities(device.info), renderer, OpenCLCompiler(device), OpenCLRuntime(device))

@@ -70,12 +70,21 @@ def add_single_group(program: ir.Program) -> ir.Program:
 
 
 class OpenCLRenderer(Renderer):
-    """Scheduled LoopProgram -> :class:`OpenCLSource` (per-level kernels + single-group kernel)."""
+    """Scheduled LoopProgram -> :class:`OpenCLSource` (per-level kernels + single-group kernel).
+
+    With ``fast_math`` the float sums are also split into independent partial sums
+    (``forms.split_reductions``), a reassociation the build flags allow anyway."""
+
+    def __init__(self, fast_math: bool = True) -> None:
+        self.fast_math = fast_math
 
     def render(self, program: Any) -> Source:
         if not isinstance(program, ir.Program):
             raise TypeError(f"the opencl renderer takes a LoopProgram, not {type(program).__name__}")
-        full = add_single_group(forms.to_work_groups(forms.chunk_nodes(program)))
+        shaped = forms.to_work_groups(forms.chunk_nodes(program))
+        if self.fast_math:
+            shaped = forms.split_reductions(shaped)
+        full = add_single_group(shaped)
         if forms.needs_single_group(program):  # its kernels' grid barriers are unusable here
             full = ir.Program(program.name, program.sizes, program.buffers,
                               (full.kernel(forms.SINGLE_KERNEL),), ())

@@ -179,6 +179,37 @@ def chunk_nodes(program: ir.Program, chunk: int = NODE_CHUNK) -> ir.Program:
     return replace(program, kernels=tuple(kernels))
 
 
+#: Independent partial sums per reduction step in :func:`split_reductions`.
+REDUCTION_WAYS = 8
+
+
+def split_reductions(program: ir.Program, ways: int = REDUCTION_WAYS, min_trip: int = 64) -> ir.Program:
+    """``sum(k in a..a+T: f(k))`` -> ``sum(k in a..a+T/ways: f(k) + f(k+T/ways) + ...)``.
+
+    A dot product compiled as one accumulator chain waits on each add's latency; adding
+    ``ways`` products of *contiguous* blocks per step lets the compiler compute them
+    independently (and vectorize each block) with one dependent add per step. This reorders a
+    float sum, so the backend applies it only with ``fast_math``. Sums with a constant trip
+    count of at least ``min_trip`` that ``ways`` divides are rewritten; others are kept."""
+
+    def f(n: ir.Node) -> ir.Node | None:
+        if not (isinstance(n, ir.Reduce) and n.op == "sum"):
+            return None
+        trip = ir.const_int(n.stop - n.start)
+        if trip is None or trip < min_trip or trip % ways:
+            return None
+        block = trip // ways
+        k = ir.Var(n.var)
+        parts = [ir.substitute(n.body, {n.var: k + i * block}) if i else n.body for i in range(ways)]
+        body = parts[0]
+        for part in parts[1:]:
+            body = ir.BinOp("+", body, part)  # type: ignore[arg-type]
+        return ir.Reduce("sum", n.var, n.start, n.start + block, body)  # type: ignore[arg-type]
+
+    kernels = tuple(replace(k, body=ir.simplify(ir.transform(k.body, f))) for k in program.kernels)
+    return replace(program, kernels=kernels)
+
+
 def to_work_groups(program: ir.Program) -> ir.Program:
     """CPU-style parallel loops -> OpenCL work-groups and work-items.
 
