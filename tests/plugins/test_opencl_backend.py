@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 
 from cortex.core import hostinfo, interpret
-from cortex.core import loopir as ir
 
 REQUIRED = "opencl" in {n.strip() for n in os.environ.get("CORTEX_TEST_REQUIRE", "").split(",")}
 _found = hostinfo.opencl_devices()
@@ -26,7 +25,6 @@ import cortex  # noqa: E402
 from cortex.core.reference import evaluate  # noqa: E402
 from cortex.plugins.opencl import compiler as cl_compiler  # noqa: E402
 from cortex.plugins.opencl import device as cl_device  # noqa: E402
-from cortex.plugins.opencl import forms  # noqa: E402
 from cortex.plugins.opencl.backend import create_backend  # noqa: E402
 from cortex.plugins.opencl.runtime import OpenCLResourceError  # noqa: E402
 

@@ -164,10 +164,6 @@ def chunk_nodes(program: ir.Program, chunk: int = NODE_CHUNK) -> ir.Program:
         while fresh in taken:
             fresh += "_"
         taken.add(fresh)
-
-        def f(n: ir.Node, fresh: str = fresh) -> ir.Node | None:
-            return None
-
         body = k.body
         top = list(body.stmts) if isinstance(body, ir.Seq) else [body]
         out = []

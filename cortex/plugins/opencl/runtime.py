@@ -171,13 +171,12 @@ class CompiledProgram:
     """A built ``cl.Program`` for a LoopProgram (and its single-work-group form)."""
 
     def __init__(self, program: ir.Program, cl_program: Any, device: Device, *,
-                 work_group_size: int = 0, form: str = "auto", source_path: str = "") -> None:
+                 work_group_size: int = 0, form: str = "auto") -> None:
         if form not in FORMS:
             raise ValueError(f"form must be one of {FORMS}, got {form!r}")
         self.program = program
         self.device = device
         self.form = form
-        self.source_path = source_path
         self.work_group_size = work_group_size
         self.kernels = {k.name: k for k in program.kernels}
         import pyopencl as cl
