@@ -11,7 +11,7 @@ Stages (DESIGN.md, "Pipeline"), each dumped by ``dump=`` as one numbered file::
     03_loops.txt             lower:          RecursiveGraph -> LoopProgram, unscheduled
     04_loops_scheduled.txt   lower+schedule: the LoopProgram for the chosen Schedule, verified
                              against the target's Capabilities
-    05_source.<ext>          render:         the backend's source (.c/.cl/.cu/.txt/.bin)
+    05_source.<ext>          render:         the backend's source (see source_extension)
 
 then ``compile`` (the backend's compiler, with its cache key) and the executable, which
 prepares and uploads the params once. The backend is created and the schedule resolved first,
@@ -182,6 +182,18 @@ def neutral_schedule(schedule: "Schedule") -> "Schedule":
                    weight_layout="row_major", persistent=False)
 
 
+def source_extension(backend: "Backend", source: Any) -> str:
+    """The dump file extension of ``source``: the renderer's ``file_extension`` attribute when
+    it has one (e.g. ``".ll"`` for LLVM IR), else by ``Capabilities.dialect`` (``.c``, ``.cl``,
+    ``.cu``; ``.txt`` for a non-C dialect), ``.bin`` for bytes."""
+    ext = getattr(backend.renderer, "file_extension", None)
+    if isinstance(ext, str) and ext.startswith("."):
+        return ext
+    if isinstance(source, bytes):
+        return ".bin"
+    return SOURCE_EXTENSIONS.get(backend.capabilities.dialect, ".txt")
+
+
 class _Dumper:
     """Writes each stage's text into ``directory`` (or nothing when it is None)."""
 
@@ -246,8 +258,7 @@ def build(model: Any, target: "Target", target_options: Mapping[str, Any],
     dump.write("loops_scheduled", str(lowered.program))
 
     source = backend.renderer.render(lowered.program)
-    dump.write("source", source, ".bin" if isinstance(source, bytes)
-               else SOURCE_EXTENSIONS.get(caps.dialect, ".txt"))
+    dump.write("source", source, source_extension(backend, source))
     key = backend.compiler.cache_key(source, target_options)
     artifact = backend.compiler.compile(source, target_options)
     return Executable(target=target.name, options=target_options, lowered=lowered,

@@ -234,6 +234,25 @@ def test_a_ready_linearized_batch_is_checked_against_the_model():
     assert isinstance(BatchMismatchError("x"), ValueError) and exe.calls == 1
 
 
+def test_source_extension_follows_the_renderer_or_the_dialect():
+    from dataclasses import replace
+
+    from cortex.core.backend import Backend
+    from cortex.plugins.numpy_ref import backend as nb
+
+    b = nb.create_backend({})
+    assert pipeline.source_extension(b, "text") == ".txt"
+    for dialect, ext in (("c", ".c"), ("opencl", ".cl"), ("cuda", ".cu")):
+        with_dialect = Backend(replace(b.capabilities, dialect=dialect), b.renderer, b.compiler, b.runtime)
+        assert pipeline.source_extension(with_dialect, "text") == ext
+    assert pipeline.source_extension(b, b"\x7fELF") == ".bin"
+
+    class LLRenderer(nb.PrintRenderer):
+        file_extension = ".ll"
+
+    assert pipeline.source_extension(Backend(b.capabilities, LLRenderer(), b.compiler, b.runtime), "x") == ".ll"
+
+
 def test_shared_option_helpers():
     assert pipeline.split_options({"dtype": "float32", "threads": 2}) == (
         {"dtype": "float32"}, {"threads": 2})
