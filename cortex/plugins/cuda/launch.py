@@ -53,6 +53,10 @@ class _Unknown(Exception):
 EVAL_LIMIT = 1 << 20
 
 
+_SCALAR_OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
+               "//": lambda a, b: a // b, "%": lambda a, b: a % b, "min": min, "max": max}
+
+
 def _int(x):
     return int(x) if np.ndim(x) == 0 else x
 
@@ -71,12 +75,19 @@ def _eval(e: ir.Expr, env: Mapping[str, object], arrays: Mapping[str, np.ndarray
         a = arrays.get(e.buffer)
         if a is None or a.ndim != len(e.index):
             raise _Unknown(e.buffer)
-        idx = tuple(np.asarray(_eval(i, env, arrays)) for i in e.index)
-        if any(i.size and (i.min() < 0 or i.max() >= n) for i, n in zip(idx, a.shape)):
+        idx = tuple(_eval(i, env, arrays) for i in e.index)
+        if not any(isinstance(i, np.ndarray) for i in idx):  # the common scalar case, fast
+            if any(not 0 <= i < n for i, n in zip(idx, a.shape)):
+                raise _Unknown(f"{e.buffer} index out of range")
+            return int(a[idx])
+        arr = tuple(np.asarray(i) for i in idx)
+        if any(i.size and (i.min() < 0 or i.max() >= n) for i, n in zip(arr, a.shape)):
             raise _Unknown(f"{e.buffer} index out of range")
-        return _int(a[idx].astype(np.int64))
+        return _int(a[arr].astype(np.int64))
     if isinstance(e, ir.BinOp):
         a, b = _eval(e.a, env, arrays), _eval(e.b, env, arrays)
+        if type(a) is int and type(b) is int and e.op in _SCALAR_OPS and (b != 0 or e.op not in ("//", "%")):
+            return _SCALAR_OPS[e.op](a, b)
         if e.op in ("//", "%") and np.any(np.asarray(b) == 0):
             raise _Unknown("division by zero")
         fn = {"+": np.add, "-": np.subtract, "*": np.multiply, "//": np.floor_divide, "%": np.mod,
@@ -142,6 +153,8 @@ class _Widest:
         if isinstance(s, ir.For):
             lo, hi = _eval(s.start, env, self.arrays), _eval(s.stop, env, self.arrays)
             if s.kind == "gpu_group":
+                if type(lo) is int and type(hi) is int:
+                    return max(0, hi - lo)
                 return int(np.max(np.asarray(hi) - np.asarray(lo), initial=0))
             if np.ndim(lo) or np.ndim(hi):
                 raise _Unknown(f"loop {s.var} has bounds that vary with an outer loop")

@@ -21,6 +21,7 @@ exists on machines without a GPU; any device operation there raises
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
@@ -54,7 +55,7 @@ class DeviceArray:
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        return math.prod(self.shape) * self.dtype.itemsize
 
     def __int__(self) -> int:
         if self.address is None:
@@ -131,7 +132,7 @@ class CudaRuntime(Runtime):
     def allocate(self, shape: tuple[int, ...], dtype: np.dtype) -> DeviceArray:
         dtype = np.dtype(dtype)
         shape = tuple(int(d) for d in shape)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        nbytes = math.prod(shape) * dtype.itemsize
         owner = self.driver.alloc(nbytes)
         return DeviceArray(shape, dtype, owner, int(owner))
 
