@@ -191,7 +191,9 @@ class CaseLowering:
                 nests = self._nests()
                 count: dict[int, int] = {}
                 for n in nests:
-                    for a in self._inlined_expensive(n.members):
+                    memo: dict[int, bool] = {}
+                    own = {m for m in n.members if m not in self.materialized and self._expensive(m, memo)}
+                    for a in self._inlined_expensive(n.members) | own:
                         count[a] = count.get(a, 0) + 1
                 shared = {a for a, c in count.items() if c > 1}
                 if not shared:
