@@ -22,6 +22,7 @@ if not _found.devices and not REQUIRED:
     pytest.skip(f"no OpenCL device: {_found.error}", allow_module_level=True)
 
 import cortex  # noqa: E402
+import cortex.models  # noqa: E402,F401  (cortex.models.X below)
 from cortex.core.reference import evaluate  # noqa: E402
 from cortex.plugins.opencl import compiler as cl_compiler  # noqa: E402
 from cortex.plugins.opencl import device as cl_device  # noqa: E402
@@ -114,7 +115,6 @@ MODELS = {
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("model", sorted(MODELS))
 def test_zoo_models_match_the_reference(model, dtype):
-    import cortex.models  # noqa: F401
 
     m = MODELS[model](dtype)
     exe = cortex.compile(m, target="opencl")
@@ -153,6 +153,28 @@ def test_grids_sequences_and_features_match_the_reference(model, dtype):
     out = exe.run(batch)
     for state, want in ref.items():
         _close(out.nodes(state), want, dtype)
+
+
+@pytest.mark.parametrize("form", ["per_level", "single_group"])
+def test_the_gpu_schedule_runs_correctly_too(monkeypatch, form):
+    """A GPU's capabilities (hidden units on work-items, transposed weights, 256 threads per
+    group, local memory) scheduled and run on this device: the grid code path, checked here."""
+    from dataclasses import replace
+
+    from cortex.plugins.opencl import backend
+
+    def as_gpu(info):
+        return cl_device.capabilities(replace(info, kind="GPU"))
+
+    monkeypatch.setattr(backend, "capabilities", as_gpu)
+    m = cortex.models.TreeLSTM(vocab=30, embed=8, hidden=16)
+    exe = cortex.compile(m, target="opencl", form=form, schedule={"threads": 32})
+    assert exe.schedule.parallel == "both" and exe.backend.capabilities.has_grid
+    batch = exe.linearize(_trees(5, 8, 30))
+    out = exe.run(batch)
+    assert exe.artifact.local_size("level" if form == "per_level" else "cx_single_group") == 32
+    for state, want in evaluate(exe.graph, m.params, batch).items():
+        _close(out.nodes(state), want, "float32")
 
 
 def test_auto_form_uses_one_work_group_for_small_inputs_and_levels_for_big_ones(monkeypatch):
