@@ -21,9 +21,9 @@ Modules, one job each:
 * :mod:`~cortex.testing.test_conformance` — the tests themselves.
 """
 
-from cortex.testing.cases import Case, cases
+from cortex.testing.cases import Case
 from cortex.testing.structures import FAMILIES, family
 from cortex.testing.tolerance import TOLERANCES, ConformanceFailure, Tolerance, check
 
-__all__ = ["Case", "cases", "FAMILIES", "family", "TOLERANCES", "Tolerance",
+__all__ = ["Case", "FAMILIES", "family", "TOLERANCES", "Tolerance",
            "ConformanceFailure", "check"]

@@ -57,8 +57,10 @@ def _arity(model_id: str) -> int | None:
     return zoo.get(model_id).model().arity
 
 
-def cases(kind: str, targets: tuple[str, ...], full: bool = False) -> list[Case]:
-    """Every case of ``kind`` for ``targets`` (see the module docstring)."""
+def cases(kind: str, targets: tuple[str, ...], full: bool = False,
+          exclude: tuple[str, ...] = ()) -> list[Case]:
+    """Every case of ``kind`` for ``targets`` (see the module docstring), without the
+    reference cases of the structure families in ``exclude``."""
     if kind not in KINDS:
         raise ValueError(f"unknown case kind {kind!r}; known: {KINDS}")
     samples = [f"sample{i}" for i in range(FULL_SAMPLES)] if full else []
@@ -73,7 +75,7 @@ def cases(kind: str, targets: tuple[str, ...], full: bool = False) -> list[Case]
                     out += [Case(kind, target, m.id, dtype, v) for v in variants + samples]
                 elif kind == "reference":
                     for fam in FAMILIES:
-                        if not_applicable(fam, _arity(m.id)) is not None:
+                        if fam in exclude or not_applicable(fam, _arity(m.id)) is not None:
                             continue
                         if fam == "long_chain" and not full and (m.id, dtype) not in DEFAULT_LONG_CHAINS:
                             continue

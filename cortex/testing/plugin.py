@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import pytest
 
-from cortex.testing.targets import ENV_FULL, ENV_TARGETS, TargetSelectionError
+from cortex.testing.targets import ENV_EXCLUDE, ENV_FULL, ENV_TARGETS, TargetSelectionError
 
 FIXTURES = {
     "cortex_compile_case": "compile",
@@ -40,6 +40,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--cortex-full", action="store_true", default=False,
                     help=f"the exhaustive sweep: float64 differentials, random schedules and "
                          f"the 10,000-node chain for every model (or ${ENV_FULL}=1)")
+    group.addoption("--cortex-exclude-family", action="append", default=[], metavar="FAMILY",
+                    help=f"leave out the reference cases of a structure family (repeatable or "
+                         f"a comma list), e.g. long_chain on a slow target (or ${ENV_EXCLUDE})")
 
 
 def _targets(config: pytest.Config) -> tuple[str, ...]:
@@ -58,13 +61,25 @@ def _targets(config: pytest.Config) -> tuple[str, ...]:
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     from cortex.testing.cases import cases
-    from cortex.testing.targets import full_sweep
+    from cortex.testing.targets import excluded_families, full_sweep
 
     for fixture, kind in FIXTURES.items():
         if fixture in metafunc.fixturenames:
+            try:
+                exclude = excluded_families(metafunc.config.getoption("cortex_exclude_family"))
+            except TargetSelectionError as e:
+                raise pytest.UsageError(str(e)) from None
             listed = cases(kind, _targets(metafunc.config),
-                           full_sweep(metafunc.config.getoption("cortex_full")))
+                           full_sweep(metafunc.config.getoption("cortex_full")), exclude)
             metafunc.parametrize(fixture, listed, ids=[c.id for c in listed])
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Check an explicit target selection up front: a clean usage error, before collection."""
+    import os
+
+    if config.getoption("cortex_target") or os.environ.get(ENV_TARGETS):
+        _targets(config)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:

@@ -81,7 +81,8 @@ def _require_runnable(target: str) -> None:
 
 def _describe_batch(fam: str, batch: Any) -> str:
     return (f"{fam} (batch of {batch.batch_size} input{'s' * (batch.batch_size != 1)}, "
-            f"{batch.num_nodes} nodes, {batch.num_levels} levels)")
+            f"{batch.num_nodes} node{'s' * (batch.num_nodes != 1)}, {batch.num_levels} "
+            f"level{'s' * (batch.num_levels != 1)})")
 
 
 def _schedule_text(exe: Any, variant: str) -> str:

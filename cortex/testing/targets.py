@@ -20,6 +20,7 @@ from typing import Iterable
 
 ENV_TARGETS = "CORTEX_TEST_TARGETS"
 ENV_FULL = "CORTEX_TEST_FULL"
+ENV_EXCLUDE = "CORTEX_TEST_EXCLUDE_FAMILIES"
 DEFAULT_TARGETS = ("numpy",)
 
 
@@ -85,3 +86,20 @@ def status(name: str) -> TargetStatus:
 def full_sweep(flag: bool = False) -> bool:
     """Whether the exhaustive sweep is on: ``--cortex-full`` or ``CORTEX_TEST_FULL=1``."""
     return flag or os.environ.get(ENV_FULL, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def excluded_families(values: Iterable[str] | None = None) -> tuple[str, ...]:
+    """Structure families left out of the run: ``--cortex-exclude-family NAME`` (repeatable,
+    comma lists) or ``CORTEX_TEST_EXCLUDE_FAMILIES``. For a slow target, e.g. the interpreter,
+    whose 10,000-level chain takes minutes: ``--cortex-exclude-family long_chain``."""
+    from cortex.testing.structures import FAMILIES
+
+    raw = [v for value in (values or ()) for v in value.split(",")]
+    if not any(v.strip() for v in raw):
+        raw = os.environ.get(ENV_EXCLUDE, "").split(",")
+    names = tuple(v.strip() for v in raw if v.strip())
+    unknown = [n for n in names if n not in FAMILIES]
+    if unknown:
+        raise TargetSelectionError(f"--cortex-exclude-family {unknown[0]}: no such structure "
+                                   f"family; the suite has {list(FAMILIES)}")
+    return names

@@ -135,7 +135,7 @@ def _where(err: StateError, batch: Any) -> str:
 def format_report(*, headline: str, facts: Sequence[tuple[str, str]],
                   errors: Sequence[StateError], dtype: str, batch: Any = None) -> str:
     """The failure message: what ran, the tolerance, and per state the worst element."""
-    width = max(len(k) for k, _ in facts) if facts else 0
+    width = max([len("tolerance")] + [len(k) for k, _ in facts])
     lines = [headline]
     lines += [f"  {k.ljust(width)}  {v}" for k, v in facts]
     lines.append(f"  {'tolerance'.ljust(width)}  {dtype}: {TOLERANCES[dtype].describe()}")
