@@ -47,9 +47,11 @@ from cortex.plugins.opencl.device import Device
 
 #: ``form`` values: "auto" picks per call; the others force one shape.
 FORMS = ("auto", "per_level", "single_group")
-#: With ``form="auto"``, inputs with at most this many nodes per work-item of the device's
-#: parallelism run as one single-work-group launch (measured on PoCL, see docs/opencl.md).
+#: With ``form="auto"`` on a CPU device, inputs of at most this many nodes per two compute
+#: units run as one single-work-group launch (measured on PoCL, see docs/opencl.md).
 SINGLE_GROUP_MAX_NODES = 96
+#: On other devices one work-group is one of many compute units: only tiny inputs (unmeasured).
+SINGLE_GROUP_MAX_NODES_GPU = 8
 
 
 class OpenCLResourceError(CortexError, RuntimeError):
@@ -155,7 +157,7 @@ class _Layout:
 
 
 def choose_form(form: str, has_single: bool, has_host: bool, sizes: Mapping[str, int],
-                parallel_units: int) -> str:
+                parallel_units: int, cpu: bool = True) -> str:
     """"single_group" or "per_level" for one call (see the module doc)."""
     if form != "auto":
         return form
@@ -164,7 +166,8 @@ def choose_form(form: str, has_single: bool, has_host: bool, sizes: Mapping[str,
     if not has_single:
         return "per_level"
     nodes = int(sizes.get("N", 0))
-    return "single_group" if nodes <= SINGLE_GROUP_MAX_NODES * max(1, parallel_units // 2) else "per_level"
+    limit = SINGLE_GROUP_MAX_NODES * max(1, parallel_units // 2) if cpu else SINGLE_GROUP_MAX_NODES_GPU
+    return "single_group" if nodes <= limit else "per_level"
 
 
 class CompiledProgram:
@@ -335,7 +338,9 @@ class CompiledProgram:
                 else:
                     device_args.append(self._temps.sub(temps.offsets[b.name], temps.sizes[b.name]))
             device_args += [np.int32(v) for v in args[nb:]]
-            form = choose_form(self.form, self.has_single, self.host_ok, sizes, self.device.info.compute_units)
+            info = self.device.info
+            form = choose_form(self.form, self.has_single, self.host_ok, sizes, info.compute_units,
+                               cpu=info.kind == "CPU")
             self.last_form = form
             self.launches = 0
             if form == "single_group":
