@@ -103,7 +103,10 @@ def main(argv: list[str] | None = None) -> int:
             break
     Path(args.out).write_text(json.dumps({"model": f"TreeLSTM hidden=embed={args.hidden} vocab=20000 float32", "results": results},
                                          indent=2))
-    return 0
+    timed = [r for r in results if "b1" in r]
+    if not timed:
+        print("no schedule ran: " + "; ".join(r.get("error", "")[:200] for r in results if "error" in r), file=sys.stderr)
+    return 0 if timed else 1
 
 
 if __name__ == "__main__":
