@@ -291,7 +291,9 @@ def test_a_build_failure_shows_the_log_and_the_saved_source():
 def test_too_many_work_items_is_a_resource_error(monkeypatch):
     from dataclasses import replace
 
-    program = tree_rnn(form="per_level", dtype="float32", H=8)
+    from cortex.core import loop_transforms as T
+
+    program = T.bind(T.bind(tree_rnn(form="per_level", dtype="float32", H=8), "v", "group"), "j", "thread")
     art = BACKEND.compiler.compile(BACKEND.renderer.render(program), {"work_group_size": 64})
     monkeypatch.setattr(art.device, "info", replace(art.device.info, max_work_group_size=32))
     rng = np.random.default_rng(0)
