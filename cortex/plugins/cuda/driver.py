@@ -91,11 +91,12 @@ _FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 
 
 class LibCuda:
-    """The few driver API entry points PyCUDA does not offer, called with ctypes."""
+    """The few driver API entry points PyCUDA does not offer, called with ctypes. ``path``
+    names another library with the same entry points (the tests use a C stand-in)."""
 
-    def __init__(self) -> None:
+    def __init__(self, path: str | None = None) -> None:
         lib = None
-        for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
+        for name in ((path,) if path else ("libcuda.so.1", "libcuda.so", "nvcuda.dll")):
             try:
                 lib = ctypes.CDLL(name)
                 break
