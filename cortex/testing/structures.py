@@ -111,15 +111,13 @@ def random_recursive(rng: np.random.Generator, n: int) -> Children:
 def dag(rng: np.random.Generator, leaves: int, inner: int, k: int | None) -> Children:
     """Inner nodes each read ``k`` (or 1..3) distinct earlier nodes, so children are shared;
     nodes nobody reads are merged into one sink (k at a time for a fixed arity)."""
+    if leaves < (k or 3):
+        raise ValueError(f"a DAG needs at least {k or 3} leaves to pick children from")
     children: Children = [[] for _ in range(leaves)]
     for _ in range(inner):
         v = len(children)
         want = k if k is not None else int(rng.integers(1, 4))
-        children.append(sorted(int(c) for c in rng.choice(v, size=min(want, v), replace=False)))
-        while len(children[-1]) < want:  # too few earlier nodes: add leaves
-            children.insert(0, [])
-            children = [[c + 1 for c in cs] for cs in children]
-            children[-1] = [0] + children[-1]
+        children.append(sorted(int(c) for c in rng.choice(v, size=want, replace=False)))
     read = {c for cs in children for c in cs}
     orphans = [v for v in range(len(children)) if v not in read]
     if k is None:
