@@ -111,10 +111,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     info = commands.add_parser("info", help="plugins, targets (enabled/runnable) and the host")
     info.add_argument("--json", action="store_true", help="print JSON instead of text")
+    demo = commands.add_parser("demo", help="TreeLSTM on the bundled sentences: outputs and "
+                               "latency on the default CPU target next to the NumPy reference")
+    demo.add_argument("--target", default="llvm", help="target to compile for (default: llvm)")
+    demo.add_argument("--hidden", type=int, default=256, help="hidden size (default: 256)")
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 2
+    if args.command == "demo":
+        from cortex.plugins.cpu_llvm.demo import run_demo
+
+        run_demo(target=args.target, hidden=args.hidden)
+        return 0
     data = collect_info()
     print(json.dumps(data, indent=2, default=repr) if args.json else format_info(data))
     return 0

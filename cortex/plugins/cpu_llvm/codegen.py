@@ -58,6 +58,8 @@ LTYPE = {"int32": I32, "bool": I1, "float32": F32, "float64": F64}
 SIZEOF = {"int32": 4, "bool": 1, "float32": 4, "float64": 8}
 _INT_CMP = {"<": "<", "<=": "<=", ">": ">", ">=": ">=", "==": "==", "!=": "!="}
 MAX_THREADS = 64
+SPIN_BEFORE_YIELD = 2000  # barrier: pause-spins before yielding the core
+WORKER_SPINS = 1 << 14  # idle worker: pause-spins before yielding, then sleeping
 PARTITIONED_KINDS = ("parallel", "gpu_group")
 FAST_REDUCE = ("reassoc", "contract")
 
@@ -974,11 +976,23 @@ def _emit_barrier(mod: _Module) -> ll.Function:
     b.atomic_rmw("add", mod.g_bar_gen, ll.Constant(I32, 1), "release")
     b.ret_void()
     b.position_at_end(wait)
+    tries = b.phi(I32, name="tries")
+    tries.add_incoming(ll.Constant(I32, 0), multi)
     now = b.load_atomic(mod.g_bar_gen, "acquire", 4, typ=I32)
-    spin = fn.append_basic_block("spin")
+    spin, pause_bb, yield_bb, cont = (fn.append_basic_block(n) for n in ("spin", "pause", "yield", "cont"))
     b.cbranch(b.icmp_signed("==", now, gen), spin, done)
     b.position_at_end(spin)
+    # spin with pause while the others are close; yield the core when they are not running
+    # (an oversubscribed machine would otherwise burn whole time slices here)
+    b.cbranch(b.icmp_signed("<", tries, ll.Constant(I32, SPIN_BEFORE_YIELD)), pause_bb, yield_bb)
+    b.position_at_end(pause_bb)
     mod.pause(b)
+    b.branch(cont)
+    b.position_at_end(yield_bb)
+    b.call(mod.decl("sched_yield", I32, []), [])
+    b.branch(cont)
+    b.position_at_end(cont)
+    tries.add_incoming(b.add(tries, ll.Constant(I32, 1)), cont)
     b.branch(wait)
     b.position_at_end(done)
     b.ret_void()
@@ -1082,13 +1096,20 @@ def _emit_team(mod: _Module, spmd: ll.Function) -> None:
     more = b.add(tries, ll.Constant(I32, 1))
     b.branch(sleep)
     b.position_at_end(sleep)
-    # spin with pause for ~2^17 tries (a few ms), then back off to 50 us sleeps
+    # spin with pause for WORKER_SPINS tries (about a millisecond), then back off
     pause_bb, nap_bb, cont = (worker.append_basic_block(n) for n in ("pause", "nap", "cont"))
-    b.cbranch(b.icmp_signed("<", tries, ll.Constant(I32, 1 << 17)), pause_bb, nap_bb)
+    b.cbranch(b.icmp_signed("<", tries, ll.Constant(I32, WORKER_SPINS)), pause_bb, nap_bb)
     b.position_at_end(pause_bb)
     mod.pause(b)
     b.branch(cont)
     b.position_at_end(nap_bb)
+    # a few thousand yields first (cheap when the core is free), then 50 us naps
+    yield_bb2, sleep_bb2 = worker.append_basic_block("yield"), worker.append_basic_block("nap50")
+    b.cbranch(b.icmp_signed("<", tries, ll.Constant(I32, WORKER_SPINS + 4096)), yield_bb2, sleep_bb2)
+    b.position_at_end(yield_bb2)
+    b.call(mod.decl("sched_yield", I32, []), [])
+    b.branch(cont)
+    b.position_at_end(sleep_bb2)
     b.call(usleep, [ll.Constant(I32, 50)])
     b.branch(cont)
     b.position_at_end(cont)
