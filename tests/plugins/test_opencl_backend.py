@@ -338,3 +338,5 @@ def test_cortex_info_lists_the_opencl_devices(capsys):
     main(["info"])
     text = capsys.readouterr().out
     assert "OpenCL devices:" in text and _found.devices[0] in text
+    label = cl_device.list_devices()[0][0]  # "P:D platform: device (TYPE)": the option value too
+    assert f"devices: {label}, " in text and "compute units" in text

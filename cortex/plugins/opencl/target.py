@@ -62,13 +62,27 @@ def runnable() -> Availability:
 
 
 def environment_info() -> dict[str, str]:
+    """pyopencl's version and every platform/device with the ``device`` option value that picks
+    it (``P:D``), its compute units and whether it has fp64."""
     if not enabled():
         return {"pyopencl": "not installed"}
     found = hostinfo.opencl_devices()
-    return {
-        "pyopencl": metadata.version("pyopencl"),
-        "devices": "; ".join(found.devices) or found.error,
-    }
+    info = {"pyopencl": metadata.version("pyopencl")}
+    if not found.devices:
+        info["devices"] = found.error
+        return info
+    try:
+        from cortex.plugins.opencl.device import describe, list_devices
+
+        lines = []
+        for label, dev in list_devices():
+            d = describe(dev)
+            lines.append(f"{label}, {d.compute_units} compute units, "
+                         f"{'fp64' if d.fp64 else 'no fp64'}, driver {dev.driver_version.strip()}")
+        info["devices"] = "; ".join(lines)
+    except Exception as exc:  # a listing problem must not break `cortex info`
+        info["devices"] = "; ".join(found.devices) + f" (details unavailable: {exc})"
+    return info
 
 
 def create_backend(options: Mapping[str, Any]) -> Backend:
