@@ -219,7 +219,7 @@ def test_environment_info_reports_builtin_plugins_and_survives_a_raising_plugin(
     clean_plugins.register_plugin(Raising(), name="raising")
     info = clean_plugins.get_plugin_system().environment_info()
     assert set(info["cpu_llvm"]) >= {"llvmlite"}
-    assert set(info["cuda"]) == {"nvcc", "CUDA driver", "pycuda"}
+    assert set(info["cuda"]) >= {"nvcc", "CUDA driver", "pycuda"}
     assert info["raising"] == {"error": "OSError: cannot read the device list"}
 
 
