@@ -769,6 +769,12 @@ class _KernelGen:
                 self.vector_loop(s, width)
                 self.last_loop_synced = False
                 return
+        if self.vec is None and not self.partitioned:
+            swapped = interchange_node_loop(s)
+            if swapped is not None:
+                for loop in swapped:
+                    self.loop(loop)
+                return
         start, stop = self.expr(s.start), self.expr(s.stop)
         split = s.kind in PARTITIONED_KINDS and not self.partitioned
         if split:
@@ -907,6 +913,83 @@ def _divisor(e: ir.Expr) -> int:
             m = _divisor(e.a)
             return m // c if c and c > 0 and m % c == 0 else 1
     return 1
+
+
+def _is_node_loop(loop: ir.For) -> bool:
+    """The loop over the nodes of one level (``level_offsets[l]..level_offsets[l+1]``) or over
+    the leaves (``0..NL``): by the linearizer's contract its iterations are independent."""
+    s, t = loop.start, loop.stop
+    if isinstance(s, ir.Load) and isinstance(t, ir.Load):
+        return s.buffer == t.buffer == "level_offsets"
+    return s == ir.Const(0) and t == ir.Var("NL")
+
+
+def interchange_node_loop(loop: ir.For) -> list[ir.For] | None:
+    """``for v in nodes: lets; parallel for j1 ...; parallel for j2 ...`` ->
+    ``parallel for j1: for v in nodes: lets; ...`` then the same for j2, or None.
+
+    Threads then split the *hidden units* (rows of the weight matrices) instead of the nodes:
+    each core reads only its share of the weights, at every level, so that share stays in its
+    L2 across levels (the CPU form of model persistence), every level keeps every core busy
+    (a level of one node too), and one weight block is reused for every node of the level
+    before the next block is read. Legal because the nodes of a level are independent (the
+    linearizer's contract) and the j loops are parallel (no carried dependence); their bounds
+    must not depend on the node. Applies when every statement after the lets is a parallel
+    loop (the lowering's ``parallel="hidden"`` or ``"both"``)."""
+    if not _is_node_loop(loop):
+        return None
+    lets: list[tuple[str, ir.Expr]] = []
+    body = loop.body
+    while isinstance(body, ir.Let):
+        lets.append((body.var, body.value))
+        body = body.body
+    stmts = body.stmts if isinstance(body, ir.Seq) else (body,)
+    if not stmts or not all(isinstance(x, ir.For) and (x.kind == "parallel" or (
+            x.kind == "serial" and loop.kind == "parallel" and _rows_independent(x, loop.var)))
+            for x in stmts):
+        return None
+    bound = {loop.var} | {name for name, _ in lets}
+    out = []
+    for inner in stmts:
+        if _contains(ir.Seq((ir.Store("_", (inner.start, inner.stop), ir.Const(0)),)),
+                     lambda n: isinstance(n, ir.Var) and n.name in bound):
+            return None
+        nested: ir.Stmt = inner.body
+        for name, value in reversed(lets):
+            nested = ir.Let(name, value, nested)
+        out.append(ir.For(inner.var, inner.start, inner.stop,
+                          ir.For(loop.var, loop.start, loop.stop, nested, "serial"), "parallel"))
+    return out
+
+
+def _rows_independent(inner: ir.For, node: str) -> bool:
+    """A serial loop directly inside a parallel node loop (``parallel="nodes"``): may its
+    iterations run on different threads? Yes when every store writes element ``[node, ...]``
+    at an index that uses the loop's variable, and every load of a stored buffer either reads a
+    row other than ``node`` (another node: a child, done at an earlier level) or exactly the
+    element the same iteration stores."""
+    derived = {inner.var}
+    for n in ir.walk(inner.body):
+        if isinstance(n, ir.Let) and _contains(n.value, lambda m: isinstance(m, ir.Var) and m.name in derived):
+            derived.add(n.var)
+    stores = [n for n in ir.walk(inner.body) if isinstance(n, ir.Store)]
+    if not stores:
+        return False
+    written: dict[str, set] = {}
+    for st in stores:
+        if not st.index or st.index[0] != ir.Var(node):
+            return False
+        if not _contains(_Idx(st.index), lambda m: isinstance(m, ir.Var) and m.name in derived):
+            return False
+        written.setdefault(st.buffer, set()).add(st.index)
+    for ld in ir.walk(inner.body):
+        if isinstance(ld, ir.Load) and ld.buffer in written:
+            if ld.index and ld.index[0] == ir.Var(node) and ld.index not in written[ld.buffer]:
+                return False
+            if ld.index and _contains(ld.index[0], lambda m: isinstance(m, ir.Var) and m.name == node) \
+                    and ld.index[0] != ir.Var(node):
+                return False
+    return True
 
 
 def vector_width(loop: ir.For) -> int:
