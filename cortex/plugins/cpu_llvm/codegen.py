@@ -193,6 +193,7 @@ class _KernelGen:
         self.last_loop_synced = False
         self.loop_id = 0
         self.vec: _VecCtx | None = None  # set while emitting the body of a vectorized loop
+        self.jam: _JamCtx | None = None  # set while emitting a group of jammed nodes
 
     # ---------------------------------------------------------------- helpers
     def dtype(self, e: ir.Expr) -> str:
@@ -537,6 +538,12 @@ class _KernelGen:
         raise CodegenError(f"unknown intrinsic {e.fn!r}")
 
     def reduce(self, e: ir.Reduce) -> ll.Value:
+        if self.jam is not None and self.jam_dep(e.body):
+            q = next((k for k, c in enumerate(self.jam.copies)
+                      if all(self.env.get(n) is c[n] for n in c)), None)
+            if q is None:
+                raise CodegenError("internal: jammed reduction outside a node copy")
+            return self.jam_reduce(e, q)
         # Hoist a Select whose condition does not depend on the reduction variable: two loops.
         for n in ir.walk(e.body):
             if isinstance(n, ir.Select) and not _uses_var(n.cond, e.var) and not _contains(
@@ -747,6 +754,190 @@ class _KernelGen:
     def _inner_alloc(s: ir.Stmt, name: str) -> bool:
         return _contains(s, lambda n: isinstance(n, ir.Alloc) and n.name == name)
 
+    def jammed_node_loop(self, s: ir.For, conds: list, taken: ir.Stmt) -> None:
+        """``for v``: groups of JAM nodes whose guards all hold run ``taken`` together (every
+        reduction one loop for the group, so each weight load serves JAM nodes); the rest, one
+        node at a time, the plain body."""
+        b = self.b
+        lo, hi = self.expr(s.start), self.expr(s.stop)
+        plain = ir.For(s.var, s.start, s.stop, s.body, "serial")
+        lets: list[tuple[str, ir.Expr]] = []
+        body = s.body
+        while isinstance(body, ir.Let):
+            lets.append((body.var, body.value))
+            body = body.body
+        pre = b.block
+        head, group, single, one, done = (self.block(n) for n in ("jam_head", "jam_group", "jam_single", "jam_one", "jam_done"))
+        b.branch(head)
+        b.position_at_end(head)
+        v0 = b.phi(I32, name=f"{s.var}_jam")
+        v0.add_incoming(lo, pre)
+        room = b.icmp_signed("<=", b.add(v0, ll.Constant(I32, JAM)), hi)
+        check = self.block("jam_check")
+        b.cbranch(room, check, single)
+        b.position_at_end(check)
+        copies: list[dict[str, tuple]] = []
+        ok = ll.Constant(I1, 1)
+        for q in range(JAM):
+            env = {s.var: (b.add(v0, ll.Constant(I32, q)), ir.INT)}
+            saved = {k: self.env.get(k) for k in env}
+            self.env.update(env)
+            for name, value in lets:
+                env[name] = (self.expr(value), self.dtype(value))
+                self.env[name] = env[name]
+            for c in conds:
+                ok = b.and_(ok, self.to_bool(c))
+            for name in list(env):
+                if saved.get(name) is None:
+                    self.env.pop(name, None)
+                else:
+                    self.env[name] = saved[name]
+            copies.append(env)
+        b.cbranch(ok, group, one)
+        # JAM nodes together
+        b.position_at_end(group)
+        self.jam = _JamCtx(set(copies[0]), copies)
+        try:
+            self.jam_stmt(taken)
+        finally:
+            for name in copies[0]:
+                self.env.pop(name, None)
+            self.jam = None
+        b.branch(done)
+        # a group with a failing guard: its nodes one by one
+        b.position_at_end(one)
+        self._plain_range(plain, v0, b.add(v0, ll.Constant(I32, JAM)))
+        b.branch(done)
+        b.position_at_end(done)
+        nxt = b.add(v0, ll.Constant(I32, JAM))
+        v0.add_incoming(nxt, done)
+        b.branch(head)
+        # the last nodes (fewer than JAM)
+        b.position_at_end(single)
+        self._plain_range(plain, v0, hi)
+        self.last_loop_synced = False
+
+    def _plain_range(self, loop: ir.For, lo: ll.Value, hi: ll.Value) -> None:
+        """``loop``'s body for ``lo <= var < hi`` (values already computed)."""
+        lo_name, hi_name = f"{loop.var}__lo", f"{loop.var}__hi"
+        self.env[lo_name], self.env[hi_name] = (lo, ir.INT), (hi, ir.INT)
+        try:
+            self.loop(ir.For(loop.var, ir.Var(lo_name), ir.Var(hi_name), loop.body, "serial"))
+        finally:
+            del self.env[lo_name], self.env[hi_name]
+
+    def jam_switch(self, q: int) -> None:
+        for name, val in self.jam.copies[q].items():
+            self.env[name] = val
+        if self.vec is not None:
+            for name, val in self.jam.copies[q].items():
+                if _is_vec(val[0]):
+                    self.vec.varying.add(name)
+
+    def jam_dep(self, e: ir.Node) -> bool:
+        return _contains(e, lambda n: isinstance(n, ir.Var) and n.name in self.jam.names)
+
+    def jam_stmt(self, s: ir.Stmt) -> None:
+        """A statement for every jammed node (node-dependent parts once per node)."""
+        if isinstance(s, ir.Seq):
+            for x in s.stmts:
+                self.jam_stmt(x)
+            return
+        if isinstance(s, ir.For) and s.kind == "vectorized" and self.vec is None:
+            width = vector_width(s)
+            start = ir.const_int(s.start)
+            lanes = ll.Constant(ll.VectorType(I32, width), [start + k for k in range(width)])
+            self.vec = _VecCtx(s.var, width, start, {s.var}, {})
+            self.env[s.var] = (lanes, ir.INT)
+            try:
+                self.jam_stmt(s.body)
+            finally:
+                del self.env[s.var]
+                self.vec = None
+            return
+        if isinstance(s, ir.Let):
+            if not self.jam_dep(s.value):
+                self.stmt(ir.Let(s.var, s.value, ir.Seq(())))  # validates; value is cheap to redo
+                value = self.expr(s.value)
+                for c in self.jam.copies:
+                    c[s.var] = (value, self.dtype(s.value))
+            else:
+                for q, c in enumerate(self.jam.copies):
+                    self.jam_switch(q)
+                    c[s.var] = (self.expr(s.value), self.dtype(s.value))
+            self.jam.names.add(s.var)
+            if self.vec is not None and _is_vec(self.jam.copies[0][s.var][0]):
+                self.vec.let_ir[s.var] = s.value
+            try:
+                self.jam_stmt(s.body)
+            finally:
+                self.jam.names.discard(s.var)
+                for c in self.jam.copies:
+                    c.pop(s.var, None)
+                self.env.pop(s.var, None)
+                if self.vec is not None:
+                    self.vec.varying.discard(s.var)
+                    self.vec.let_ir.pop(s.var, None)
+            return
+        if isinstance(s, ir.Store):
+            for q in range(len(self.jam.copies)):
+                self.jam_switch(q)
+                self.store(s.buffer, s.index, self.expr(s.value))
+            return
+        raise CodegenError(f"internal: statement {type(s).__name__} in a jammed node group")
+
+    def jam_reduce(self, e: ir.Reduce, q: int) -> ll.Value:
+        """One loop computing reduction ``e`` for every jammed node; returns node ``q``'s."""
+        key = e
+        if key not in self.jam.reduces:
+            b = self.b
+            dt = self.dtype(e.body)
+            ty = LTYPE[dt]
+            if self.varying(e.body) or any(_is_vec(c[n][0]) for c in self.jam.copies for n in c
+                                           if _uses_var(e.body, n)):
+                ty = ll.VectorType(ty, self.vec.width)
+            lo, hi = self.expr(e.start), self.expr(e.stop)
+            init = self.const_like(ty, 0.0 if dt in ir.FLOAT_DTYPES else 0) if e.op != "max" else \
+                self.const_like(ty, float("-inf") if dt in ir.FLOAT_DTYPES else -2**31)
+            n = len(self.jam.copies)
+            pre = b.block
+            body_bb, exit_bb = self.block(f"jred_{e.var}"), self.block(f"jred_{e.var}_end")
+            b.cbranch(b.icmp_signed("<", lo, hi), body_bb, exit_bb)
+            b.position_at_end(body_bb)
+            i = b.phi(I32, name=e.var)
+            i.add_incoming(lo, pre)
+            accs = [b.phi(ty) for _ in range(n)]
+            for a in accs:
+                a.add_incoming(init, pre)
+            self.env[e.var] = (i, ir.INT)
+            nxts = []
+            try:
+                for k in range(n):
+                    self.jam_switch(k)
+                    nxts.append(self.combine(e.op, dt, accs[k], self.expr(e.body)))
+            finally:
+                del self.env[e.var]
+            i_next = b.add(i, ll.Constant(I32, 1), flags=["nsw"])
+            end = b.block
+            b.cbranch(b.icmp_signed("<", i_next, hi), body_bb, exit_bb)
+            i.add_incoming(i_next, end)
+            outs = []
+            b.position_at_end(exit_bb)
+            for a, nxt in zip(accs, nxts):
+                a.add_incoming(nxt, end)
+                out = b.phi(ty)
+                out.add_incoming(init, pre)
+                out.add_incoming(nxt, end)
+                if e.op == "mean":
+                    cnt = b.sitofp(b.select(b.icmp_signed(">", b.sub(hi, lo), ll.Constant(I32, 0)), b.sub(hi, lo),
+                                            ll.Constant(I32, 1)), LTYPE[dt])
+                    out, cnt = self.match(out, cnt)
+                    out = b.fdiv(out, cnt)
+                outs.append(out)
+            self.jam.reduces[key] = outs
+        self.jam_switch(q)
+        return self.jam.reduces[key][q]
+
     def vector_loop(self, s: ir.For, width: int) -> None:
         """The body of a vectorized loop once, on ``width``-lane vectors (no loop at all)."""
         start = ir.const_int(s.start)
@@ -768,6 +959,11 @@ class _KernelGen:
             if width:
                 self.vector_loop(s, width)
                 self.last_loop_synced = False
+                return
+        if isinstance(s, _JamFor) and self.vec is None and self.jam is None:
+            plan = jam_plan(s)
+            if plan is not None:
+                self.jammed_node_loop(s, *plan)
                 return
         if self.vec is None and not self.partitioned:
             swapped = interchange_node_loop(s)
@@ -958,7 +1154,7 @@ def interchange_node_loop(loop: ir.For) -> list[ir.For] | None:
         for name, value in reversed(lets):
             nested = ir.Let(name, value, nested)
         out.append(ir.For(inner.var, inner.start, inner.stop,
-                          ir.For(loop.var, loop.start, loop.stop, nested, "serial"), "parallel"))
+                          _JamFor(loop.var, loop.start, loop.stop, nested, "serial"), "parallel"))
     return out
 
 
@@ -1022,6 +1218,54 @@ def vector_width(loop: ir.For) -> int:
         if isinstance(n, ir.Store) and not varies(_Idx(n.index)):
             return 0
     return hi - lo
+
+
+@dataclass(frozen=True)
+class _JamFor(ir.For):
+    """The node loop of an interchanged level (see :func:`interchange_node_loop`): its
+    iterations are independent, so several nodes may be computed together (jammed)."""
+
+
+JAM = 4  # nodes computed together: one weight vector load feeds JAM FMAs
+
+
+class _JamCtx:
+    """Nodes ``v0 .. v0+JAM-1`` being emitted together: per-node values of node-dependent names."""
+
+    def __init__(self, names: set[str], copies: list[dict[str, tuple]]) -> None:
+        self.names = names
+        self.copies = copies
+        self.reduces: dict = {}
+
+
+def jam_plan(loop: ir.For) -> tuple[list, ir.Stmt] | None:
+    """For a node loop ``lets; vectorized for ...`` whose guards depend only on the lets: the
+    guard conditions and the body with every guard taken (used when all guards hold for all
+    jammed nodes), or None when the body does not have that shape."""
+    lets: list[tuple[str, ir.Expr]] = []
+    body = loop.body
+    while isinstance(body, ir.Let):
+        lets.append((body.var, body.value))
+        body = body.body
+    if not isinstance(body, ir.For) or body.kind != "vectorized" or not vector_width(body):
+        return None
+    let_names = {n for n, _ in lets}
+    conds = []
+    for n in ir.walk(body):
+        if isinstance(n, ir.Select) and _needs_branch(n.a) and not _needs_branch(n.b):
+            names = {m.name for m in ir.walk(n.cond) if isinstance(m, ir.Var)}
+            if names and names <= let_names and not _contains(n.cond, lambda m: isinstance(m, (ir.Load, ir.Reduce))):
+                if n.cond not in conds:
+                    conds.append(n.cond)
+    taken = ir.transform(body, lambda m: m.a if isinstance(m, ir.Select) and m.cond in conds else None)
+    for n in ir.walk(taken):
+        if isinstance(n, (ir.If, ir.Alloc, ir.Barrier)):
+            return None
+        if isinstance(n, ir.Select) and (_needs_branch(n.a) or _needs_branch(n.b)):
+            return None
+        if isinstance(n, ir.BinOp) and n.op in ("and", "or") and _needs_branch(n.b):
+            return None
+    return conds, taken
 
 
 class _LoopMD:
