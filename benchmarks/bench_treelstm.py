@@ -499,6 +499,9 @@ def run(argv: list[str] | None = None, log: Callable[[str], None] | None = None)
     measure_all(cases, s, log)
     records = [case_record(c) for c in cases]
     env["loadavg_at_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+    if "dynet" in sys.modules:
+        notes.append("DyNet was imported: its library sets flush-to-zero/denormals-are-zero for "
+                     "the whole process, so every contender ran with subnormals flushed")
     notes.append("peers are timed on index tensors prepared outside the timed call; the Cortex "
                  "'call' includes the linearizer (its cache on: repeated structures), "
                  "'call_uncached' runs the linearizer from scratch, 'run_prelinearized' skips it")
