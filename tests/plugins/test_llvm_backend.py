@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT.parent))  # benchmarks.common: parse-like trees
 from test_loopir_examples import child_sum, inputs, random_batch, tree_lstm, tree_rnn  # noqa: E402
 
 import cortex  # noqa: E402
+import cortex.models  # noqa: E402,F401
 from cortex.core import loop_transforms as T  # noqa: E402
 from cortex.core import loopir as ir  # noqa: E402
 from cortex.core.interpret import run  # noqa: E402
@@ -280,3 +281,17 @@ def test_interchange_applies_to_level_loops_only():
     assert codegen.interchange_node_loop(by_var["v"]) is not None
     assert codegen.interchange_node_loop(by_var["u"]) is not None
     assert codegen.interchange_node_loop(by_var["j"]) is None  # not a node loop
+
+
+def test_jammed_dag_rnn_with_per_node_child_ranges():
+    """DAG-RNN sums over CSR children (a range that differs per node) around a GEMV: the
+    per-node range must not be shared by the jammed group, nor the GEMV nested inside it."""
+    from cortex.core.linearize import Grid
+
+    rng = np.random.default_rng(0)
+    for dtype in ("float32", "float64"):
+        model = cortex.models.DAGRNN(hidden=32, features=16, dtype=dtype, seed=0)
+        grids = [Grid(4, 4, features=rng.normal(size=(4, 4, 16))), Grid(3, 5, features=rng.normal(size=(3, 5, 16)))]
+        for threads in (1, 2):
+            exe = cortex.compile(model, target="llvm", threads=threads)
+            _assert_matches(model, exe(grids), dtype, f"DAGRNN {dtype} threads {threads}")

@@ -194,6 +194,7 @@ class _KernelGen:
         self.loop_id = 0
         self.vec: _VecCtx | None = None  # set while emitting the body of a vectorized loop
         self.jam: _JamCtx | None = None  # set while emitting a group of jammed nodes
+        self.jam_off = 0  # > 0 inside a reduction's body: no fusion across nodes there
 
     # ---------------------------------------------------------------- helpers
     def dtype(self, e: ir.Expr) -> str:
@@ -538,7 +539,10 @@ class _KernelGen:
         raise CodegenError(f"unknown intrinsic {e.fn!r}")
 
     def reduce(self, e: ir.Reduce) -> ll.Value:
-        if self.jam is not None and self.jam_dep(e.body):
+        if self.jam is not None and not self.jam_off and self.jam_dep(e.body) \
+                and not self.jam_dep(e.start) and not self.jam_dep(e.stop):
+            # one loop for the group (outermost reductions only); a range that differs per
+            # node (CSR children) and everything nested in a reduction runs per node
             q = next((k for k, c in enumerate(self.jam.copies)
                       if all(self.env.get(n) is c[n] for n in c)), None)
             if q is None:
@@ -608,10 +612,12 @@ class _KernelGen:
         for q in range(parts):
             iq = i if q == 0 else b.add(i, ll.Constant(I32, q), flags=["nsw"])
             self.env[e.var] = (iq, ir.INT)
+            self.jam_off += 1
             try:
                 v = self.expr(e.body)
             finally:
                 del self.env[e.var]
+                self.jam_off -= 1
             nxts.append(self.combine(e.op, dt, accs[q], v))
         i_next = b.add(i, ll.Constant(I32, parts), flags=["nsw"])
         end = b.block
@@ -911,12 +917,14 @@ class _KernelGen:
                 a.add_incoming(init, pre)
             self.env[e.var] = (i, ir.INT)
             nxts = []
+            self.jam_off += 1
             try:
                 for k in range(n):
                     self.jam_switch(k)
                     nxts.append(self.combine(e.op, dt, accs[k], self.expr(e.body)))
             finally:
                 del self.env[e.var]
+                self.jam_off -= 1
             i_next = b.add(i, ll.Constant(I32, 1), flags=["nsw"])
             end = b.block
             b.cbranch(b.icmp_signed("<", i_next, hi), body_bb, exit_bb)
