@@ -85,7 +85,6 @@ class LLVMCompiler(Compiler):
 
     def __init__(self) -> None:
         import llvmlite
-
         import llvmlite.binding as llvm
 
         self.identity = f"{CODEGEN_REVISION}; llvmlite {llvmlite.__version__}; LLVM " + ".".join(

@@ -32,7 +32,10 @@ Loops and vectors: ``vectorized`` loops carry ``llvm.loop.vectorize`` metadata w
 fast-math flags so LLVM's loop vectorizer turns GEMV dot products into SIMD FMAs with several
 accumulators. A ``Select`` whose condition does not depend on the reduction variable is hoisted
 out of a ``Reduce`` (two loop versions), so guarded child loads ``select(c >= 0, h[c, k], 0)``
-leave a branch-free inner loop. Integer arithmetic is 32-bit with ``nsw`` (as in the C renderer);
+leave a branch-free inner loop. Level node loops are interchanged with their hidden-unit loops so threads split the weight
+rows (:func:`interchange_node_loop`: each core's share stays in its L2 across levels), and
+groups of ``JAM`` nodes of a level share each weight load (:func:`jam_plan`).
+Integer arithmetic is 32-bit with ``nsw`` (as in the C renderer);
 flat offsets are 64-bit. Math: ``exp log sqrt abs fma`` are LLVM intrinsics; ``tanh`` and
 ``sigmoid`` are written with ``exp`` (``sigmoid(x) = 1/(1+exp(-x))``, ``tanh(x) = 1 -
 2/(exp(2x)+1)``, exact at +-inf).
@@ -144,10 +147,6 @@ class _Module:
         """A spin-wait hint (x86 ``pause``); nothing on other architectures."""
         if self.x86:
             b.call(self.decl("llvm.x86.sse2.pause", VOID, []), [])
-
-
-def _fmt(ty_val) -> str:
-    return str(ty_val)
 
 
 class _KernelGen:
