@@ -10,8 +10,10 @@ call only
    validated instead);
 2. binds the batch to the program's index/input buffers and size symbols (``Lowered.bind_batch``,
    which checks the batch against the model: ``BatchMismatchError``, a ``ValueError``);
-3. uploads them, allocates the output and temp buffers from ``program.buffers`` and the sizes,
-   launches the compiled artifact once, synchronizes and downloads the outputs;
+3. uploads them, takes the output and temp buffers from the executable's pool (allocated on
+   the first call of each shape, reused by every later call of that shape: steady-state calls
+   allocate no device memory), launches the compiled artifact once, synchronizes and downloads
+   the outputs into fresh host arrays (so results never alias the pool);
 4. turns the output buffers into per-node states (``Lowered.states``) wrapped in
    :class:`~cortex.core.outputs.Outputs`.
 
@@ -27,14 +29,15 @@ uploaded once, when the executable is built.
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
 from cortex.core.backend import Backend, Source
 from cortex.core.graph import RecursiveGraph
-from cortex.core.interpret import eval_shape, np_dtype
-from cortex.core.loopir import Program
+from cortex.core.interpret import np_dtype
+from cortex.core.loopir import Program, shape_function
 from cortex.core.outputs import Outputs
 from cortex.core.schedule import Schedule
 from cortex.core.structure import LinearizedBatch
@@ -73,6 +76,12 @@ class Executable:
         runtime = backend.runtime
         prepared = lowered.prepare_params(params)
         self._params = {name: runtime.upload(np.ascontiguousarray(a)) for name, a in prepared.items()}
+        # Per buffer, once: its compiled shape function and NumPy dtype (calls only evaluate).
+        self._buffers = tuple((b, shape_function(b.shape), np.dtype(np_dtype(b.dtype)))
+                              for b in lowered.program.buffers)
+        # Output/temp device buffers by name: (shape, buffer), reused while the shape repeats.
+        self._pool: dict[str, tuple[tuple[int, ...], Any]] = {}
+        self._lock = threading.Lock()  # the pool is shared: calls from several threads queue
 
     # ---- what was compiled -------------------------------------------------------------------
 
@@ -112,30 +121,38 @@ class Executable:
         return self.run(batch)
 
     def run(self, batch: LinearizedBatch) -> Outputs:
-        """Run an already linearized and checked batch (see :meth:`linearize`)."""
+        """Run an already linearized and checked batch (see :meth:`linearize`). Safe to call
+        from several threads: calls of one executable run one at a time."""
+        with self._lock:
+            return self._run(batch)
+
+    def _run(self, batch: LinearizedBatch) -> Outputs:
         program = self.lowered.program
         runtime = self.backend.runtime
         inputs, sizes = self.lowered.bind_batch(batch)
         device: dict[str, Any] = dict(self._params)
         shapes: dict[str, tuple[int, ...]] = {}
-        for buf in program.buffers:
-            shapes[buf.name] = eval_shape(buf.shape, sizes)
+        for buf, shape_of, dtype in self._buffers:
             if buf.name in device:
                 continue
+            shape = shapes[buf.name] = shape_of(sizes)
             if buf.read_only:
                 if buf.name not in inputs:
                     raise RuntimeError(f"internal error: the lowering bound no array for "
                                        f"{buf.role} buffer {buf.name!r}")
                 device[buf.name] = runtime.upload(np.ascontiguousarray(inputs[buf.name]))
-            else:
-                device[buf.name] = runtime.allocate(shapes[buf.name], np.dtype(np_dtype(buf.dtype)))
+                continue
+            pooled = self._pool.get(buf.name)
+            if pooled is None or pooled[0] != shape:
+                pooled = self._pool[buf.name] = (shape, runtime.allocate(shape, dtype))
+            device[buf.name] = pooled[1]
         args = tuple(device[b.name] for b in program.buffers)
         args += tuple(int(sizes[s.name]) for s in program.sizes)
         runtime.launch(self.artifact, args)
         runtime.synchronize()
         host = {
-            b.name: runtime.download(device[b.name], np.empty(shapes[b.name], np_dtype(b.dtype)))
-            for b in program.buffers if b.role == "output"
+            b.name: runtime.download(device[b.name], np.empty(shapes[b.name], dtype))
+            for b, _, dtype in self._buffers if b.role == "output"
         }
         self.calls += 1
         graph = self.graph

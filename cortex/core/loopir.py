@@ -35,7 +35,7 @@ carry their dtype explicitly. ``print(program)`` gives readable pseudo-code.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from typing import Callable, Iterator, Union
+from typing import Callable, Iterator, Mapping, Union
 
 INT = "int32"
 BOOL = "bool"
@@ -662,3 +662,37 @@ def linearizer_buffers(
     if features is not None:
         out.append(Buffer("features", "float64", (n, Const(features)), "input"))
     return tuple(out)
+
+
+_INT_OPS: dict[str, Callable[[int, int], int]] = {
+    "+": lambda a, b: a + b,
+    "-": lambda a, b: a - b,
+    "*": lambda a, b: a * b,
+    "//": lambda a, b: a // b,
+    "%": lambda a, b: a % b,
+    "min": min,
+    "max": max,
+}
+
+
+def size_function(e: ExprLike) -> Callable[[Mapping[str, int]], int]:
+    """``e`` (an int expression over size symbols: Const, Var, + - * // % min max) compiled
+    once into a function of the sizes. Shapes are evaluated on every executable call, so this
+    keeps the IR walk out of the hot path."""
+    e = as_expr(e)
+    if isinstance(e, Const) and e.dtype == INT:
+        value = int(e.value)
+        return lambda sizes: value
+    if isinstance(e, Var) and e.dtype == INT:
+        name = e.name
+        return lambda sizes: int(sizes[name])
+    if isinstance(e, BinOp) and e.op in _INT_OPS:
+        fa, fb, op = size_function(e.a), size_function(e.b), _INT_OPS[e.op]
+        return lambda sizes: op(fa(sizes), fb(sizes))
+    raise LoopIRError(f"not a size expression (ints, size symbols, + - * // % min max): {e}")
+
+
+def shape_function(shape: tuple[Expr, ...]) -> Callable[[Mapping[str, int]], tuple[int, ...]]:
+    """A buffer shape compiled with :func:`size_function`: ``shape_function(b.shape)(sizes)``."""
+    dims = tuple(size_function(d) for d in shape)
+    return lambda sizes: tuple(d(sizes) for d in dims)

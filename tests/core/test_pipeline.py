@@ -44,6 +44,31 @@ def test_compile_tree_lstm_end_to_end():
     assert "Executable('TreeLSTM', target='numpy', dtype=float64" in repr(exe)
 
 
+def test_calls_reuse_device_buffers_but_results_never_alias_them():
+    model = lstm()
+    exe = cortex.compile(model, target="numpy")
+    allocations = []
+    runtime = exe.backend.runtime
+    real_allocate = runtime.allocate
+
+    def counting_allocate(shape, dtype):
+        allocations.append(shape)
+        return real_allocate(shape, dtype)
+
+    runtime.allocate = counting_allocate
+    same_shape = [((2, 1), (3, (4, 5))), 7, (((0, 1), 2), 3), (8, 9)]  # TREES, other words
+    first = exe(TREES)
+    h_first = first.nodes("h").copy()
+    after_first = len(allocations)
+    second = exe(same_shape)
+    assert len(allocations) == after_first  # same sizes: the pool serves every buffer
+    np.testing.assert_array_equal(first.nodes("h"), h_first)  # not overwritten by call 2
+    check_against_reference(model, second)
+    exe([(1, 2)])  # other sizes: new buffers, results still right
+    assert len(allocations) > after_first
+    check_against_reference(model, exe(TREES))
+
+
 def test_dtype_defaults_to_the_models_and_can_be_overridden():
     model = lstm("float32")
     assert cortex.compile(model, target="numpy").dtype == "float32"
