@@ -28,13 +28,32 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+class _WithoutAmbientEntryPoints:
+    """``importlib.metadata`` as the plugin system sees it, minus the ``cortex.plugins`` entry
+    points of distributions installed before the test (e.g. contrib/cortex-cc): tests count
+    plugins and targets, and only the temporary distributions they make should add to them."""
+
+    def __init__(self, real, group: str) -> None:
+        self._real = real
+        self._ambient = {(ep.name, ep.value) for ep in real.entry_points(group=group)}
+
+    def entry_points(self, **selection):
+        found = self._real.entry_points(**selection)
+        return [ep for ep in found if (ep.name, ep.value) not in self._ambient]
+
+    def __getattr__(self, name: str):
+        return getattr(self._real, name)
+
+
 @pytest.fixture
 def clean_plugins(monkeypatch: pytest.MonkeyPatch):
-    """A fresh plugin system for the test, with no plugin environment switch set."""
+    """A fresh plugin system for the test, with no plugin environment switch set and no
+    third-party plugin that happens to be installed in the environment."""
     from cortex.core import plugins
 
     for name in plugins.ENV_SWITCHES:
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(plugins, "metadata", _WithoutAmbientEntryPoints(plugins.metadata, plugins.ENTRY_POINT_GROUP))
     plugins.reset_plugins()
     yield plugins
     plugins.reset_plugins()
