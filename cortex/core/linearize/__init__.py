@@ -8,6 +8,7 @@ latency path. One module per job:
 * ``nested``   -- tuples/lists, objects with ``children``, ``ast`` trees (one iterative pass);
 * ``sexpr``    -- PTB/SST s-expressions (``sexpr_batch``: the vectorized plain-SST path);
 * ``arrays``   -- parent arrays, child tables, edge lists, sequences, grids (vectorized);
+* ``fast``     -- the fused whole-batch path for plain parent arrays / child tables;
 * ``assemble`` -- batch-wide validation and level numbering in NumPy;
 * ``cache``    -- LRU caches for structures seen before;
 * ``errors``   -- the ``ValueError`` subclasses, each naming the input index and the node.
@@ -28,7 +29,8 @@ import numpy as np
 
 from ..structure import LinearizedBatch
 from . import cache as _cache
-from .arrays import array_part, child_table_batch
+from . import fast as _fast
+from .arrays import array_part
 from .assemble import MAX_INDEX, MAX_TABLE_ENTRIES, Origin, assemble
 from .ast_types import AST_NODE_TYPES, AST_TYPE_IDS, AST_UNKNOWN, AST_VOCAB_SIZE, ast_type_id
 from .cache import cache_info, clear_cache, set_cache
@@ -143,14 +145,19 @@ def linearize(structures: Any, *, arity: int | None = None, vocab_size: int | No
             hit = _cache.STATE.batches.get(bkey)
             if hit is not None:
                 return hit
-    parts: list[Any] | None = None
-    if type(items[0]) is ChildTable:
-        parts = child_table_batch(items)
-    if parts is None:
+    out = None
+    t0 = type(items[0])
+    if (t0 is ParentArray or t0 is ChildTable) and feature_dim is None and (
+            arity is None or (isinstance(arity, (int, np.integer)) and arity >= 1)):
+        # plain tree arrays: the fused path (None: not plain, or invalid -> the general path
+        # below raises the documented error)
+        fused = _fast.parent_array_batch if t0 is ParentArray else _fast.child_table_batch
+        out = fused(items, arity)
+    if out is None:
         parts = _read_sst_strings(items, vocab, keys)
         parts = [p if p is not None else read_part(x, vocab, i, keys[i])
                  for i, (x, p) in enumerate(zip(items, parts))]
-    out = assemble(parts, arity=arity, vocab_size=vocab_size, feature_dim=feature_dim)
+        out = assemble(parts, arity=arity, vocab_size=vocab_size, feature_dim=feature_dim)
     if bkey is not None and _cache.key_size(bkey) <= _cache.MAX_KEY_BYTES:
         _cache.STATE.batches.put(bkey, out)
     return out

@@ -182,46 +182,6 @@ def _grid(x: forms.Grid, vocab: Any, index: int) -> Part:
                 height=ids // cols + ids % cols)
 
 
-def child_table_batch(items: list[Any]) -> list[Part] | None:
-    """Parts for a batch made only of plain child tables that are trees with children in
-    increasing id order (the common case), validated with a fixed number of NumPy calls for
-    the whole batch; None when the batch is anything else (the per-input reader handles it)."""
-    tables = []
-    for x in items:
-        t = x.table
-        if type(x) is not forms.ChildTable or type(t) is not np.ndarray or t.ndim != 2 \
-                or t.dtype.kind != "i" or not len(t) or x.words is not None \
-                or x.features is not None or x.labels is not None:
-            return None
-        tables.append(t)
-    k = tables[0].shape[1]
-    if any(t.shape[1] != k for t in tables) or k == 0:
-        return None
-    sizes = [len(t) for t in tables]
-    table = np.concatenate(tables).astype(np.int64, copy=False)
-    base = np.repeat(np.cumsum([0] + sizes[:-1]), sizes)
-    if ((table < -1) | (table >= np.repeat(sizes, sizes)[:, None])).any():
-        return None
-    if k > 1:
-        later, earlier = table[:, 1:], table[:, :-1]
-        if ((later >= 0) & (earlier < 0)).any() or ((later >= 0) & (later <= earlier)).any():
-            return None  # padding gaps, or children not in increasing id order
-    mask = table >= 0
-    rows = np.nonzero(mask)[0]
-    kids = table[mask] + base[rows]
-    if np.bincount(kids, minlength=len(table)).max() > 1:
-        return None  # a shared child: a DAG
-    parent = np.full(len(table), -1, np.int64)
-    parent[kids] = rows - base[rows]
-    parts = []
-    start = 0
-    for size in sizes:
-        parts.append(Part(size, parent[start:start + size], None, None, None, None, id_key,
-                          trusted=True))
-        start += size
-    return parts
-
-
 _READERS = {
     forms.ParentArray: _parent_array,
     forms.ChildTable: _child_table,
