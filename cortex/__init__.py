@@ -10,6 +10,7 @@ Public API:
 * :data:`hookimpl` — the marker for plugin hook implementations (see ``docs/plugins.md``)
 * :class:`Target`, :class:`TargetOption`, :class:`Availability` — what a plugin registers
 * :class:`Backend`, :class:`Renderer`, :class:`Compiler`, :class:`Runtime` — the backend contract
+  (:class:`HostRuntime`: the runtime of backends whose buffers are host NumPy arrays)
 * :class:`Capabilities` — what a target's device can do
 * the error classes, all derived from :class:`CortexError`
 """
@@ -36,6 +37,7 @@ _LAZY = {
     "Renderer": "cortex.core.backend",
     "Compiler": "cortex.core.backend",
     "Runtime": "cortex.core.backend",
+    "HostRuntime": "cortex.core.backend",
     "trace": "cortex.core.trace",
 }
 
@@ -55,6 +57,7 @@ __all__ = [
     "Capabilities",
     "Compiler",
     "CortexError",
+    "HostRuntime",
     "InvalidOptionError",
     "NotYetImplementedError",
     "PluginError",

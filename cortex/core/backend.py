@@ -88,6 +88,28 @@ class Runtime(ABC):
         """Wait until every launched piece of work is done."""
 
 
+class HostRuntime(Runtime):
+    """A runtime whose device memory is host memory: buffers are C-contiguous NumPy arrays.
+
+    CPU backends (the interpreter, JIT-compiled or C-compiled code called in-process) only
+    implement :meth:`launch`; a launch runs to completion, so :meth:`synchronize` has nothing
+    to wait for.
+    """
+
+    def allocate(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        return np.zeros(shape, dtype)
+
+    def upload(self, array: np.ndarray) -> np.ndarray:
+        return np.array(array, copy=True, order="C")
+
+    def download(self, buffer: np.ndarray, out: np.ndarray) -> np.ndarray:
+        out[...] = buffer
+        return out
+
+    def synchronize(self) -> None:
+        """Nothing to wait for: a launch returns when the program is done."""
+
+
 @dataclass(frozen=True)
 class Backend:
     """What one target contributes: its capabilities and the three stages after scheduling."""

@@ -23,7 +23,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from cortex import Backend, Capabilities, Compiler, Renderer, Runtime
+from cortex import Backend, Capabilities, Compiler, HostRuntime, Renderer
 from cortex.core.render_c import entry_symbol, render
 
 NP_DTYPES = {"float32": np.float32, "float64": np.float64, "int32": np.int32}
@@ -121,26 +121,14 @@ class CCompiler(Compiler):
         return self.loaded[key]
 
 
-class HostRuntime(Runtime):
-    """Host NumPy arrays as buffers; a launch is one native call of the whole program."""
-
-    def allocate(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-        return np.zeros(shape, dtype)
-
-    def upload(self, array: np.ndarray) -> np.ndarray:
-        return np.array(array, copy=True, order="C")
-
-    def download(self, buffer: np.ndarray, out: np.ndarray) -> np.ndarray:
-        out[...] = buffer
-        return out
+class CCRuntime(HostRuntime):
+    """Host NumPy arrays as buffers (``HostRuntime``); a launch is one native call of the
+    whole program."""
 
     def launch(self, artifact: Library, args: tuple[Any, ...], **launch_config: Any) -> None:
         if launch_config:
             raise TypeError(f"the cc runtime takes no launch configuration, got {launch_config}")
         artifact(args)
-
-    def synchronize(self) -> None:
-        """Nothing to wait for: a launch returns when the program is done."""
 
 
 def create_backend(options: Mapping[str, Any]) -> Backend:
@@ -153,4 +141,4 @@ def create_backend(options: Mapping[str, Any]) -> Backend:
         dialect="c",
         single_call=True,
     )
-    return Backend(caps, CRenderer(), CCompiler(options.get("cc", "cc")), HostRuntime())
+    return Backend(caps, CRenderer(), CCompiler(options.get("cc", "cc")), CCRuntime())

@@ -16,11 +16,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-import numpy as np
 
 from cortex.core import interpret
 from cortex.core import loopir as ir
-from cortex.core.backend import Backend, Compiler, Renderer, Runtime, Source
+from cortex.core.backend import Backend, Compiler, HostRuntime, Renderer, Source
 from cortex.core.capabilities import Capabilities
 
 CAPABILITIES = Capabilities(
@@ -73,23 +72,13 @@ class IdentityCompiler(Compiler):
         return program
 
 
-class InterpreterRuntime(Runtime):
+class InterpreterRuntime(HostRuntime):
     """Host arrays as device buffers; a launch interprets the whole program (its host steps).
 
     ``launch(program, args)`` takes the program's buffers in ``program.buffers`` order, then
     its sizes in ``program.sizes`` order (see ``cortex.core.executable``); output and temp
     buffers are written in place.
     """
-
-    def allocate(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-        return np.zeros(shape, dtype)
-
-    def upload(self, array: np.ndarray) -> np.ndarray:
-        return np.array(array, copy=True, order="C")
-
-    def download(self, buffer: np.ndarray, out: np.ndarray) -> np.ndarray:
-        out[...] = buffer
-        return out
 
     def launch(self, artifact: Any, args: tuple[Any, ...], **launch_config: Any) -> None:
         if not isinstance(artifact, ir.Program):
@@ -101,9 +90,6 @@ class InterpreterRuntime(Runtime):
         buffers = {b.name: a for b, a in zip(artifact.buffers, args[:nb])}
         sizes = {s.name: int(v) for s, v in zip(artifact.sizes, args[nb:])}
         interpret.run(artifact, buffers, sizes)
-
-    def synchronize(self) -> None:
-        """Nothing to wait for: a launch runs to completion."""
 
 
 def create_backend(options: Mapping[str, Any]) -> Backend:
