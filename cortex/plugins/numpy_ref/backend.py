@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-
 from cortex.core import interpret
 from cortex.core import loopir as ir
 from cortex.core.backend import Backend, Compiler, HostRuntime, Renderer, Source
