@@ -23,6 +23,7 @@ from cortex.core.lower import Lowered, lower
 from cortex.core.passes.pipeline import DEFAULT_PASSES, run_passes
 from cortex.core.schedule import ScheduleSpace
 from cortex.core.trace import trace
+from cortex.testing.structures import balanced, caterpillar
 
 CPU = Capabilities(num_cores=4, vector_bits=256, cache_bytes_per_core=1 << 20, dialect="c", single_call=True)
 GPU = Capabilities(has_grid=True, grid_barrier=True, group_barrier=True, max_threads_per_group=1024,
@@ -61,29 +62,7 @@ def _random_tree(rng, leaves: int, k: int | None) -> list[list[int]]:
 
 def _chain(length: int, k: int | None) -> list[list[int]]:
     """A left-deep chain: every internal node has one previous internal node as child 0."""
-    k = k or 1
-    children: list[list[int]] = [[]]
-    prev = 0
-    for _ in range(length):
-        kids = [prev]
-        for _ in range(k - 1):
-            children.append([])
-            kids.append(len(children) - 1)
-        children.append(kids)
-        prev = len(children) - 1
-    return children
-
-
-def _balanced(depth: int, k: int) -> list[list[int]]:
-    children: list[list[int]] = []
-
-    def build(d: int) -> int:
-        kids = [build(d - 1) for _ in range(k)] if d else []
-        children.append(kids)
-        return len(children) - 1
-
-    build(depth)
-    return children
+    return caterpillar(length, k or 1)
 
 
 def _dag(rng, n: int) -> list[list[int]]:
@@ -104,7 +83,7 @@ def families(arity: int | None, rng) -> dict[str, list[list[list[int]]]]:
         return {
             "single_leaf": [[[]]],
             "chain": [_chain(9, None)],
-            "balanced": [_balanced(2, 3)],
+            "balanced": [balanced(2, 3)],
             "random": [_random_tree(rng, 14, None), _random_tree(rng, 5, None)],
             "wide": [[[] for _ in range(9)] + [list(range(9))]],
             "dag": [_dag(rng, 14)],
@@ -113,9 +92,9 @@ def families(arity: int | None, rng) -> dict[str, list[list[list[int]]]]:
     return {
         "single_leaf": [[[]]],
         "chain": [_chain(9, arity)],
-        "balanced": [_balanced(3, arity)],
+        "balanced": [balanced(3, arity)],
         "random": [_random_tree(rng, 11, arity)],
-        "mixed": [[[]], _chain(3, arity), _random_tree(rng, 6, arity), _balanced(2, arity)],
+        "mixed": [[[]], _chain(3, arity), _random_tree(rng, 6, arity), balanced(2, arity)],
     }
 
 

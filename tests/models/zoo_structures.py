@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cortex.core.structure import INDEX_DTYPE, LinearizedBatch
+from cortex.testing.structures import balanced, caterpillar
 
 
 @dataclass
@@ -110,32 +111,6 @@ def _fixed_random(rng, leaves: int, k: int) -> list[list[int]]:
     return children
 
 
-def _fixed_chain(length: int, k: int) -> list[list[int]]:
-    """Caterpillar: each internal node's child 0 is the previous spine node, others leaves."""
-    children: list[list[int]] = [[]]
-    spine = 0
-    for _ in range(length):
-        kids = [spine]
-        for _ in range(k - 1):
-            children.append([])
-            kids.append(len(children) - 1)
-        children.append(kids)
-        spine = len(children) - 1
-    return children
-
-
-def _fixed_balanced(depth: int, k: int) -> list[list[int]]:
-    children: list[list[int]] = []
-
-    def build(d: int) -> int:
-        kids = [build(d - 1) for _ in range(k)] if d > 0 else []
-        children.append(kids)
-        return len(children) - 1
-
-    build(depth)
-    return children
-
-
 def _var_random(rng, n: int) -> list[list[int]]:
     """Random variable-arity tree: node v > 0 hangs under a random earlier node (root 0)."""
     children: list[list[int]] = [[] for _ in range(n)]
@@ -176,15 +151,15 @@ def families(arity: int | None, rng) -> dict[str, list[list[list[int]]]]:
         return {
             "single_leaf": [[[]]],
             "chain": [[[]] + [[i] for i in range(15)]],
-            "balanced": [_fixed_balanced(3, 3)],
+            "balanced": [balanced(3, 3)],
             "random": [_var_random(rng, 30), _var_random(rng, 12)],
             "wide": [[[] for _ in range(12)] + [list(range(12))]],
             "dag": [_random_dag(rng, 25)],
         }
     return {
         "single_leaf": [[[]]],
-        "chain": [_fixed_chain(12, arity)],
-        "balanced": [_fixed_balanced(3, arity)],
+        "chain": [caterpillar(12, arity)],
+        "balanced": [balanced(3, arity)],
         "random": [_fixed_random(rng, 15, arity), _fixed_random(rng, 6, arity)],
         "wide": [_fixed_random(rng, int(rng.integers(1, 5)), arity) for _ in range(8)],
     }
@@ -345,9 +320,9 @@ def zoo_cases(dtype: str = "float64"):
     for name, model, inputs in specs:
         fams = grid_families() if name == "DAGRNN" else families(model.arity, rng)
         if model.arity == 1:
-            fams = {"single_leaf": [[[]]], "chain": [_fixed_chain(20, 1)],
-                    "balanced": [_fixed_chain(5, 1)] * 3, "random": [_fixed_chain(int(rng.integers(0, 9)), 1) for _ in range(5)],
-                    "wide": [_fixed_chain(0, 1)] * 6 + [_fixed_chain(3, 1)]}
+            fams = {"single_leaf": [[[]]], "chain": [caterpillar(20, 1)],
+                    "balanced": [caterpillar(5, 1)] * 3, "random": [caterpillar(int(rng.integers(0, 9)), 1) for _ in range(5)],
+                    "wide": [caterpillar(0, 1)] * 6 + [caterpillar(3, 1)]}
         batches = {f: with_inputs(chs, rng, **inputs) for f, chs in fams.items()}
         out.append((f"{name}[arity={model.arity}]", name, model, batches))
     return out
