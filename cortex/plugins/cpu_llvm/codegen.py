@@ -34,7 +34,8 @@ accumulators. A ``Select`` whose condition does not depend on the reduction vari
 out of a ``Reduce`` (two loop versions), so guarded child loads ``select(c >= 0, h[c, k], 0)``
 leave a branch-free inner loop. Level node loops are interchanged with their hidden-unit loops so threads split the weight
 rows (:func:`interchange_node_loop`: each core's share stays in its L2 across levels), and
-groups of ``JAM`` nodes of a level share each weight load (:func:`jam_plan`).
+groups of ``JAM`` nodes of a level share each weight load (:func:`jam_plan`); a short last
+group repeats its last node when that is harmless (:func:`_no_self_reads`).
 Integer arithmetic is 32-bit with ``nsw`` (as in the C renderer);
 flat offsets are 64-bit. Math: ``exp log sqrt abs fma`` are LLVM intrinsics; ``tanh`` and
 ``sigmoid`` are written with ``exp`` (``sigmoid(x) = 1/(1+exp(-x))``, ``tanh(x) = 1 -
@@ -761,9 +762,9 @@ class _KernelGen:
 
     def jammed_node_loop(self, s: ir.For, conds: list, taken: ir.Stmt) -> None:
         """``for v``: groups of JAM nodes whose guards all hold run ``taken`` together (every
-        reduction one loop for the group, so each weight load serves JAM nodes); the rest, one
-        node at a time, the plain body."""
-        b = self.b
+        reduction one loop for the group, so each weight load serves JAM nodes); the nodes left
+        over run in smaller groups (``JAM_TAIL``), the last few and a group with a failing guard
+        node by node, the plain body."""
         lo, hi = self.expr(s.start), self.expr(s.stop)
         plain = ir.For(s.var, s.start, s.stop, s.body, "serial")
         lets: list[tuple[str, ir.Expr]] = []
@@ -771,20 +772,43 @@ class _KernelGen:
         while isinstance(body, ir.Let):
             lets.append((body.var, body.value))
             body = body.body
+        v = lo
+        pad = JAM_PAD and _no_self_reads(s.body, s.var)
+        for m in (JAM, *JAM_TAIL):
+            if m > 1:
+                v = self._jam_groups(s, conds, taken, lets, plain, v, hi, m, pad)
+        self._plain_range(plain, v, hi)
+        self.last_loop_synced = False
+
+    def _jam_groups(self, s: ir.For, conds: list, taken: ir.Stmt, lets: list, plain: ir.For,
+                    lo: ll.Value, hi: ll.Value, m: int, pad: bool = False) -> ll.Value:
+        """Groups of ``m`` nodes from ``lo`` while ``m`` nodes remain before ``hi``; returns
+        the first node not done (the builder is positioned after the groups). With ``pad``,
+        groups run while at least two nodes remain: a short last group repeats its last node
+        (same inputs, same values stored to the same rows, so harmless when the body reads
+        nothing it stores), which costs about two single-node passes over the weights."""
+        b = self.b
         pre = b.block
-        head, group, single, one, done = (self.block(n) for n in ("jam_head", "jam_group", "jam_single", "jam_one", "jam_done"))
+        head, group, single, one, done = (self.block(f"{n}{m}") for n in ("jam_head", "jam_group", "jam_single", "jam_one", "jam_done"))
         b.branch(head)
         b.position_at_end(head)
-        v0 = b.phi(I32, name=f"{s.var}_jam")
+        v0 = b.phi(I32, name=f"{s.var}_jam{m}")
         v0.add_incoming(lo, pre)
-        room = b.icmp_signed("<=", b.add(v0, ll.Constant(I32, JAM)), hi)
-        check = self.block("jam_check")
+        if pad:
+            room = b.icmp_signed("<", b.add(v0, ll.Constant(I32, 1)), hi)
+            last = b.sub(hi, ll.Constant(I32, 1))
+        else:
+            room = b.icmp_signed("<=", b.add(v0, ll.Constant(I32, m)), hi)
+        check = self.block(f"jam_check{m}")
         b.cbranch(room, check, single)
         b.position_at_end(check)
         copies: list[dict[str, tuple]] = []
         ok = ll.Constant(I1, 1)
-        for q in range(JAM):
-            env = {s.var: (b.add(v0, ll.Constant(I32, q)), ir.INT)}
+        for q in range(m):
+            vq = b.add(v0, ll.Constant(I32, q))
+            if pad and q:
+                vq = b.select(b.icmp_signed("<", vq, hi), vq, last)
+            env = {s.var: (vq, ir.INT)}
             saved = {k: self.env.get(k) for k in env}
             self.env.update(env)
             for name, value in lets:
@@ -799,7 +823,7 @@ class _KernelGen:
                     self.env[name] = saved[name]
             copies.append(env)
         b.cbranch(ok, group, one)
-        # JAM nodes together
+        # m nodes together
         b.position_at_end(group)
         self.jam = _JamCtx(set(copies[0]), copies)
         try:
@@ -811,16 +835,17 @@ class _KernelGen:
         b.branch(done)
         # a group with a failing guard: its nodes one by one
         b.position_at_end(one)
-        self._plain_range(plain, v0, b.add(v0, ll.Constant(I32, JAM)))
+        end = b.add(v0, ll.Constant(I32, m))
+        if pad:
+            end = b.select(b.icmp_signed("<", end, hi), end, hi)
+        self._plain_range(plain, v0, end)
         b.branch(done)
         b.position_at_end(done)
-        nxt = b.add(v0, ll.Constant(I32, JAM))
+        nxt = b.add(v0, ll.Constant(I32, m))
         v0.add_incoming(nxt, done)
         b.branch(head)
-        # the last nodes (fewer than JAM)
         b.position_at_end(single)
-        self._plain_range(plain, v0, hi)
-        self.last_loop_synced = False
+        return v0
 
     def _plain_range(self, loop: ir.For, lo: ll.Value, hi: ll.Value) -> None:
         """``loop``'s body for ``lo <= var < hi`` (values already computed)."""
@@ -1233,7 +1258,29 @@ class _JamFor(ir.For):
     iterations are independent, so several nodes may be computed together (jammed)."""
 
 
-JAM = 4  # nodes computed together: one weight vector load feeds JAM FMAs
+JAM = 8  # nodes computed together: one weight vector load feeds JAM FMAs
+JAM_TAIL: tuple[int, ...] = ()  # smaller groups for the nodes left over (then node by node)
+JAM_PAD = True  # a short last group repeats its last node (when the body reads nothing it stores)
+
+
+def _no_self_reads(body: ir.Stmt, node: str) -> bool:
+    """Does node ``node``'s body read nothing it stores (its own row of a stored buffer)? Then
+    computing a node twice stores the same values twice. Other rows of a stored buffer are
+    other nodes' (children, done at earlier levels: the level's nodes are independent)."""
+    own = {node}
+    for n in ir.walk(body):
+        if isinstance(n, ir.Let) and isinstance(n.value, ir.Var) and n.value.name in own:
+            own.add(n.var)
+    stored: dict[str, set] = {}
+    for n in ir.walk(body):
+        if isinstance(n, ir.Store):
+            stored.setdefault(n.buffer, set()).add(n.index)
+    for n in ir.walk(body):
+        if isinstance(n, ir.Load) and n.buffer in stored:
+            if n.index in stored[n.buffer] or (n.index and _contains(
+                    n.index[0], lambda m: isinstance(m, ir.Var) and m.name in own)):
+                return False
+    return True
 
 
 class _JamCtx:
