@@ -118,3 +118,14 @@ def test_specific_declines() -> None:
     pas = [ParentArray(np.array([-1, 0]))]
     assert fast.parent_array_batch(pas, 2) is None
     same(fast.parent_array_batch(pas, 1), general(pas, 1))
+
+
+def test_child_tables_keep_the_users_child_order_and_trim_width() -> None:
+    for tables in ([ChildTable(np.array([[2, 1], [-1, -1], [-1, -1]]))],  # not in id order
+                   [ChildTable(np.array([[1, -1, -1], [-1, -1, -1]])),  # wider than needed
+                    ChildTable(np.array([[-1, -1, -1]]))],
+                   [ChildTable(np.array([[-1, -1]]))]):  # a lone leaf: width 0
+        got = fast.child_table_batch(tables, None)
+        assert got is not None
+        same(got, general(tables))
+        assert got.child_table.flags.c_contiguous

@@ -29,7 +29,6 @@ from . import assemble as _asm
 from .assemble import Origin
 from .parts import id_key
 
-_PAD = np.uint64(2**64 - 1)  # -1 viewed as uint64
 
 def _plain(x: Any, kind: type, arr: Any, ndim: int) -> bool:
     return (type(x) is kind and type(arr) is np.ndarray and arr.ndim == ndim
@@ -57,13 +56,21 @@ def parent_array_batch(items: list[Any], arity: Any) -> LinearizedBatch | None:
     if any(m > s for m, s in zip(np.maximum.reduceat(p1.view(np.uint64), starts[:-1]).tolist(),
                                  sizes)):
         return None
-    return _forest(par, sizes, starts, arity)
+    n = len(par)
+    root_pre = (par < 0).nonzero()[0]
+    if len(root_pre) != len(sizes):
+        return None  # some input has several roots (or none: a cycle)
+    jump = np.empty(n + 1, np.intp)  # global parent; roots and the sentinel point at n
+    np.add(par, starts[:-1].repeat(sizes), out=jump[:n])
+    jump[root_pre] = n
+    jump[n] = n
+    return _forest(jump, root_pre, sizes, starts, arity)
 
 
 def child_table_batch(items: list[Any], arity: Any) -> LinearizedBatch | None:
     """The batch, when ``items`` are all plain child tables of the same width that are trees
-    with each row's children in increasing id order (the common case), and valid; None
-    otherwise (the general path handles padding gaps, other orders, DAGs and every error)."""
+    with children packed on the left of each row, and valid; None otherwise (the general path
+    handles padding gaps, DAGs and every error)."""
     tables = []
     for x in items:
         t = x.table if type(x) is forms.ChildTable else None
@@ -85,25 +92,20 @@ def child_table_batch(items: list[Any], arity: Any) -> LinearizedBatch | None:
     if any(m > s for m, s in zip(np.maximum.reduceat(t1.max(axis=1), starts[:-1]).tolist(),
                                  sizes)):
         return None
-    if k > 1:
-        # a child must exceed the entry before it, and no pad may precede a child: as
-        # unsigned, a -1 pad is the largest value, so a child after a pad fails too
-        u = table.view(np.uint64)
-        later = u[:, 1:]
-        if ((later <= u[:, :-1]) & (later != _PAD)).any():
-            return None
-    mask = table >= 0
-    rows, cols = mask.nonzero()
+    mask = t1 != 0
+    if k > 1 and (mask[:, 1:] > mask[:, :-1]).any():
+        return None  # a -1 pad before a child
     n = int(starts[-1])
-    off = starts[:-1].repeat(sizes)
-    orow = off[rows]
-    kids = table[mask] + orow  # global ids, like rows
-    par = np.empty(n, np.intp)
-    par.fill(-1)
-    par[kids] = rows - orow
-    if np.count_nonzero(par >= 0) != len(kids):
-        return None  # a child listed twice: a DAG
-    return _forest(par, sizes, starts, arity, off, (rows, cols, kids))
+    # global ids; -1 pads become the sentinel n
+    gtable = np.where(mask, table + starts[:-1].repeat(sizes)[:, None], n)
+    jump = np.empty(n + 1, np.intp)  # global parent; roots and the sentinel point at n
+    jump.fill(n)
+    jump[gtable] = np.arange(n)[:, None]  # pads write to jump[n], reset below
+    jump[n] = n
+    root_pre = (jump[:n] == n).nonzero()[0]
+    if len(root_pre) != len(sizes) or n - len(root_pre) != np.count_nonzero(mask):
+        return None  # a wrong number of roots, or a child listed twice (a DAG)
+    return _forest(jump, root_pre, sizes, starts, arity, gtable)
 
 
 def _starts(sizes: list[int]) -> np.ndarray | None:
@@ -113,26 +115,15 @@ def _starts(sizes: list[int]) -> np.ndarray | None:
     return np.array(starts, np.intp)
 
 
-def _forest(par: np.ndarray, sizes: list[int], starts: np.ndarray, arity: Any,
-            off: np.ndarray | None = None,
-            table: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-            ) -> LinearizedBatch | None:
-    """Level numbering of a batch of parent arrays already known to be in range: ``par``
-    concatenates the inputs' local parent ids (-1 = root). ``table``: the batch's child-table
-    entries as global (row, column, child) in row-major order, columns left-packed, when the
-    input was a child table (then no sort is needed to order each node's children)."""
+def _forest(jump: np.ndarray, root_pre: np.ndarray, sizes: list[int], starts: np.ndarray,
+            arity: Any, table: np.ndarray | None = None) -> LinearizedBatch | None:
+    """Level numbering of a batch of trees already known to be in range with one root per
+    input (if acyclic): ``jump`` [n + 1] is each node's global parent, ``n`` for the roots
+    ``root_pre`` and for the sentinel itself. ``table``: the batch's child table in global ids,
+    children packed on the left, pads = ``n``, when the input was a child table (its rows give
+    each node's children in order); else each node's children are ordered by id."""
     nb = len(sizes)
-    n = len(par)
-    has_p = par >= 0
-    ec = has_p.nonzero()[0]  # child nodes, increasing
-    if n - len(ec) != nb:
-        return None  # some input has several roots (or none: a cycle)
-    if off is None:
-        off = starts[:-1].repeat(sizes)
-    jump = np.empty(n + 1, np.intp)  # global parent; roots and the sentinel point at n
-    jump.fill(n)
-    ep = (par + off)[ec]
-    jump[ec] = ep
+    n = len(jump) - 1
     height = _heights(jump, max(sizes))
     if height is None:
         return None  # a cycle
@@ -140,20 +131,22 @@ def _forest(par: np.ndarray, sizes: list[int], starts: np.ndarray, arity: Any,
     # radix sort on a narrow copy of the key is several times faster than a merge sort
     key = height.astype(np.uint8 if hmax < 256 else np.uint16 if hmax < 65536 else np.intp)
     order = key.argsort(kind="stable")
-    new_id = np.empty(n, np.intp)
+    new_id = np.empty(n + 1, np.intp)  # new_id[n] = n: the sentinel stays last
     new_id[order] = np.arange(n)
+    new_id[n] = n
     level_offsets = np.zeros(hmax + 2, INDEX_DTYPE)
     np.add.accumulate(np.bincount(key, minlength=hmax + 1).astype(INDEX_DTYPE),
                       out=level_offsets[1:])
     num_leaves = int(level_offsets[1])
 
     if table is None:
-        # edges are in child id order, so a stable sort by new parent keeps it within a row
-        new_parent = new_id[ep]
-        eorder = (new_parent.astype(np.uint16) if n < 65536 else new_parent).argsort(
-            kind="stable")
+        # every node keyed by its parent's new id (roots: n, last); a stable sort keeps each
+        # parent's children in id order
+        new_parent = new_id[jump[:n]]
+        eorder = (new_parent.astype(np.uint16) if n < 65535 else new_parent).argsort(
+            kind="stable")[:n - nb]
         rows = new_parent[eorder]
-        child_ids = new_id[ec[eorder]].astype(INDEX_DTYPE)
+        child_ids = new_id[eorder].astype(INDEX_DTYPE)
         arity_new = np.bincount(rows, minlength=n).astype(INDEX_DTYPE)
         child_offsets = np.zeros(n + 1, INDEX_DTYPE)
         np.add.accumulate(arity_new, out=child_offsets[1:])
@@ -166,24 +159,33 @@ def _forest(par: np.ndarray, sizes: list[int], starts: np.ndarray, arity: Any,
             pos = np.arange(len(rows), dtype=INDEX_DTYPE) - child_offsets[rows]
             out.ravel()[rows * max_arity + pos] = child_ids
     else:
-        # the user's rows, renumbered and moved: row-major order of the result is the CSR
-        trows, tcols, tkids = table
-        max_arity = int(tcols.max()) + 1 if len(tcols) else 0
+        # the user's rows, renumbered and moved (pads, = n, map to -1): the row-major order of
+        # the result is the CSR
+        new_id[n] = -1
+        out = new_id.astype(INDEX_DTYPE)[table]
+        k = out.shape[1]
+        if k:  # move whole rows as one k*4-byte item each: much cheaper than a 2-D gather
+            out = out.view(np.dtype((np.void, 4 * k))).ravel()[order].view(INDEX_DTYPE)
+            out = out.reshape(n, k)
+        m = out >= 0
+        max_arity = out.shape[1]
+        while max_arity and not m[:, max_arity - 1].any():
+            max_arity -= 1
+        if max_arity < out.shape[1]:
+            out = np.ascontiguousarray(out[:, :max_arity])
+            m = out >= 0
         if n * max_arity > _asm.MAX_TABLE_ENTRIES:
             return None
-        out = np.empty((n, max_arity), INDEX_DTYPE)
-        out.fill(-1)
-        flat = out.ravel()
-        new_rows = new_id[trows]
-        flat[new_rows * max_arity + tcols] = new_id[tkids]
-        child_ids = flat[flat >= 0]
-        arity_new = np.bincount(new_rows, minlength=n).astype(INDEX_DTYPE)
+        child_ids = out[m]
         child_offsets = np.zeros(n + 1, INDEX_DTYPE)
-        np.add.accumulate(arity_new, out=child_offsets[1:])
+        if max_arity:
+            child_offsets[1:] = np.add.accumulate(m.ravel(), dtype=INDEX_DTYPE)[max_arity - 1::
+                                                                                 max_arity]
+        arity_new = np.diff(child_offsets) if arity is not None else None
     if arity is not None and (arity_new[num_leaves:] != arity).any():
         return None
     node_input = np.arange(nb, dtype=INDEX_DTYPE).repeat(sizes)[order]
-    roots = new_id[(~has_p).nonzero()[0]].astype(INDEX_DTYPE)
+    roots = new_id[root_pre].astype(INDEX_DTYPE)
     for a in (level_offsets, child_offsets, child_ids, out, roots, node_input):
         a.setflags(write=False)
     return LinearizedBatch(
