@@ -128,3 +128,13 @@ def test_split_reductions_sums_contiguous_blocks_per_step(name):
     assert forms.split_reductions(program, ways=3, min_trip=4) == program  # 3 does not divide 4
     want = interpret.run(program, bufs, sizes)["h"]
     np.testing.assert_allclose(interpret.run(split, bufs, sizes)["h"], want, rtol=1e-12, atol=1e-12)
+
+
+def test_chunk_nodes_keeps_whole_nodes_in_a_chunk_when_there_is_no_sum():
+    program = _serial_hidden(child_sum(form="per_level", dtype="float32"))  # leaves: no sum
+    leaves = program.kernel("leaves").body
+    assert not any(isinstance(n, ir.Reduce) for n in ir.walk(leaves))
+    chunked = forms.chunk_nodes(program, 4).kernel("leaves").body
+    assert isinstance(chunked, ir.For) and chunked.kind == "parallel" and chunked.var.startswith("cx_chunk")
+    node = chunked.body  # the node loop, then the node's own body unchanged (hidden loop inside)
+    assert isinstance(node, ir.For) and node.var == leaves.var and node.body == leaves.body

@@ -29,7 +29,7 @@ from cortex.plugins.opencl.device import Device
 from cortex.plugins.opencl.runtime import FORMS, CompiledProgram
 
 #: Changes whenever the generated code or build flags change for the same program.
-CODEGEN_REVISION = "1"
+CODEGEN_REVISION = "2"
 #: With ``fast_math`` (the default): let the driver reassociate float sums, so a GEMV row's dot
 #: product vectorizes (without it each dot product is one serial chain of dependent adds).
 FAST_MATH_OPTIONS: tuple[str, ...] = ("-cl-unsafe-math-optimizations",)

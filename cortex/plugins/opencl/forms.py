@@ -130,6 +130,14 @@ def _chunk_loop(loop: ir.For, chunk: int, tiles: int, fresh: str) -> ir.Stmt | N
 
     Serial hidden loops keep their whole range (``g`` counts node chunks); parallel hidden loops
     with constant bounds are also cut into ``tiles`` tiles (``g`` counts chunks x tiles)."""
+    if not any(isinstance(n, ir.Reduce) for n in ir.walk(loop.body)):
+        # no weight row to reuse: whole nodes per chunk, the contiguous hidden loop innermost
+        # (fewer, bigger work-groups: each costs PoCL a few microseconds to schedule)
+        g = ir.Var(fresh)
+        first = loop.start + g * chunk
+        node_loop = ir.For(loop.var, first, ir.minimum(first + chunk, loop.stop), loop.body, "serial")
+        count = (loop.stop - loop.start + (chunk - 1)) // chunk
+        return ir.For(fresh, 0, count, node_loop, "parallel")
     lets: list[ir.Let] = []
     body = loop.body
     while isinstance(body, ir.Let):
