@@ -130,6 +130,32 @@ def test_split_reductions_sums_contiguous_blocks_per_step(name):
     np.testing.assert_allclose(interpret.run(split, bufs, sizes)["h"], want, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("name", sorted(BUILDERS))
+def test_hoist_guards_tests_a_child_guard_once_per_sum(name):
+    program, bufs, sizes = _case(name, seed=5)
+    hoisted = forms.hoist_guards(program)
+
+    def guarded_sums(p: ir.Program) -> int:  # sums of w * select(guard, x, 0)
+        return sum(1 for r in ir.walk(p) if isinstance(r, ir.Reduce) and isinstance(r.body, ir.BinOp)
+                   and r.body.op == "*" and isinstance(r.body.b, ir.Select))
+
+    if name == "tree_lstm":
+        assert guarded_sums(program) and not guarded_sums(hoisted)
+        assert any(isinstance(n, ir.Select) and isinstance(n.a, ir.Reduce) for n in ir.walk(hoisted))
+    verify(hoisted)
+    want = interpret.run(program, bufs, sizes)["h"]
+    np.testing.assert_allclose(interpret.run(hoisted, bufs, sizes)["h"], want, rtol=1e-12, atol=1e-12)
+
+
+def test_hoist_guards_keeps_guards_that_depend_on_the_sum_variable():
+    k = ir.Var("k")
+    body = ir.BinOp("*", ir.Load("w", (k,)),
+                    ir.Select(ir.Cmp(">=", ir.Load("idx", (k,)), 0), ir.Load("x", (k,)), ir.fconst(0.0, "float32")))
+    s = ir.Reduce("sum", "k", 0, 8, body)
+    prog = ir.Program("p", (), (), (ir.Kernel("k0", (), ir.Store("o", (0,), s)),), ())
+    assert forms.hoist_guards(prog) == prog
+
+
 def test_chunk_nodes_keeps_whole_nodes_in_a_chunk_when_there_is_no_sum():
     program = _serial_hidden(child_sum(form="per_level", dtype="float32"))  # leaves: no sum
     leaves = program.kernel("leaves").body

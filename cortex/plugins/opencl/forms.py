@@ -235,6 +235,49 @@ def split_reductions(program: ir.Program, ways: int = REDUCTION_WAYS, min_trip: 
     return replace(program, kernels=kernels)
 
 
+def _free_names(e: ir.Node) -> set[str]:
+    return {n.name for n in ir.walk(e) if isinstance(n, ir.Var)} | {
+        n.buffer for n in ir.walk(e) if isinstance(n, ir.Load)}
+
+
+def _is_zero(e: ir.Expr) -> bool:
+    return isinstance(e, ir.Const) and e.value == 0 and e.dtype in ir.FLOAT_DTYPES
+
+
+def hoist_guards(program: ir.Program) -> ir.Program:
+    """``sum(k: x * select(c, y, 0))`` -> ``select(c, sum(k: x * y), 0)`` when ``c`` does not
+    depend on ``k`` (a child guard: ``ch >= 0`` around ``h[ch, k]``).
+
+    The guarded form's loop body holds a conditional load the compiler must keep conditional,
+    which blocks vectorizing the dot product; hoisted, the loop is a plain dot product and the
+    guard is tested once (the renderer turns a select around a sum into an if/else, so the
+    loads still run only when the guard holds). Equal to the original up to ``x * 0`` for
+    non-finite ``x``, a difference the backend accepts only with ``fast_math``."""
+
+    def split(body: ir.Expr, var: str) -> tuple[ir.Expr, ir.Expr] | None:
+        if not (isinstance(body, ir.BinOp) and body.op == "*"):
+            return None
+        for sel, other in ((body.b, body.a), (body.a, body.b)):
+            if (isinstance(sel, ir.Select) and _is_zero(sel.b)
+                    and var not in _free_names(sel.cond)
+                    and not any(isinstance(n, ir.Reduce) for n in ir.walk(sel.cond))):
+                return sel.cond, ir.BinOp("*", other, sel.a)
+        return None
+
+    def f(n: ir.Node) -> ir.Node | None:
+        if not (isinstance(n, ir.Reduce) and n.op == "sum"):
+            return None
+        found = split(n.body, n.var)
+        if found is None:
+            return None
+        cond, body = found
+        zero = n.body.b.b if isinstance(n.body.b, ir.Select) else n.body.a.b  # type: ignore[union-attr]
+        return ir.Select(cond, ir.Reduce("sum", n.var, n.start, n.stop, body), zero)
+
+    kernels = tuple(replace(k, body=ir.transform(k.body, f)) for k in program.kernels)
+    return replace(program, kernels=kernels)
+
+
 def to_work_groups(program: ir.Program) -> ir.Program:
     """CPU-style parallel loops -> OpenCL work-groups and work-items.
 
