@@ -156,6 +156,16 @@ def test_hoist_guards_keeps_guards_that_depend_on_the_sum_variable():
     assert forms.hoist_guards(prog) == prog
 
 
+@pytest.mark.parametrize("name", ["tree_lstm"])
+def test_tanh_via_sigmoid_computes_the_same(name):
+    program, bufs, sizes = _case(name, seed=6)
+    assert any(isinstance(n, ir.Call) and n.fn == "tanh" for n in ir.walk(program))
+    rewritten = forms.tanh_via_sigmoid(program)
+    assert not any(isinstance(n, ir.Call) and n.fn == "tanh" for n in ir.walk(rewritten))
+    want = interpret.run(program, bufs, sizes)["h"]
+    np.testing.assert_allclose(interpret.run(rewritten, bufs, sizes)["h"], want, rtol=0, atol=1e-12)
+
+
 def test_chunk_nodes_keeps_whole_nodes_in_a_chunk_when_there_is_no_sum():
     program = _serial_hidden(child_sum(form="per_level", dtype="float32"))  # leaves: no sum
     leaves = program.kernel("leaves").body

@@ -83,7 +83,7 @@ class OpenCLRenderer(Renderer):
             raise TypeError(f"the opencl renderer takes a LoopProgram, not {type(program).__name__}")
         shaped = forms.to_work_groups(forms.chunk_nodes(program))
         if self.fast_math:
-            shaped = forms.split_reductions(forms.hoist_guards(shaped))
+            shaped = forms.split_reductions(forms.tanh_via_sigmoid(forms.hoist_guards(shaped)))
         full = add_single_group(shaped)
         if forms.needs_single_group(program):  # its kernels' grid barriers are unusable here
             full = ir.Program(program.name, program.sizes, program.buffers,
