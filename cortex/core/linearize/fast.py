@@ -87,24 +87,27 @@ def child_table_batch(items: list[Any], arity: Any) -> LinearizedBatch | None:
     table = np.concatenate(tables) if len(tables) > 1 else tables[0]
     if table.dtype != np.intp:
         table = table.astype(np.intp)
+    flat = table.ravel()  # 1-D work: 2-D broadcasting and reductions cost more
     # every entry in [-1, size of its input): as unsigned, entry + 1 <= size
-    t1 = (table + 1).view(np.uint64)
-    if any(m > s for m, s in zip(np.maximum.reduceat(t1.max(axis=1), starts[:-1]).tolist(),
-                                 sizes)):
+    t1 = (flat + 1).view(np.uint64)
+    if any(m > s for m, s in zip(np.maximum.reduceat(t1, starts[:-1] * k).tolist(), sizes)):
         return None
     mask = t1 != 0
-    if k > 1 and (mask[:, 1:] > mask[:, :-1]).any():
-        return None  # a -1 pad before a child
+    if k > 1:
+        mask2 = mask.reshape(-1, k)
+        if (mask2[:, 1:] > mask2[:, :-1]).any():
+            return None  # a -1 pad before a child
     n = int(starts[-1])
     # global ids; -1 pads become the sentinel n
-    gtable = np.where(mask, table + starts[:-1].repeat(sizes)[:, None], n)
+    gflat = np.where(mask, flat + starts[:-1].repeat([s * k for s in sizes]), n)
     jump = np.empty(n + 1, np.intp)  # global parent; roots and the sentinel point at n
     jump.fill(n)
-    jump[gtable] = np.arange(n)[:, None]  # pads write to jump[n], reset below
+    jump[gflat] = np.arange(n).repeat(k)  # pads write to jump[n], reset below
     jump[n] = n
     root_pre = (jump[:n] == n).nonzero()[0]
     if len(root_pre) != len(sizes) or n - len(root_pre) != np.count_nonzero(mask):
         return None  # a wrong number of roots, or a child listed twice (a DAG)
+    gtable = gflat.reshape(n, k)
     return _forest(jump, root_pre, sizes, starts, arity, gtable)
 
 
