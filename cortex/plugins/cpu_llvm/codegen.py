@@ -775,8 +775,7 @@ class _KernelGen:
         v = lo
         pad = JAM_PAD and _no_self_reads(s.body, s.var)
         for m in (JAM, *JAM_TAIL):
-            if m > 1:
-                v = self._jam_groups(s, conds, taken, lets, plain, v, hi, m, pad)
+            v = self._jam_groups(s, conds, taken, lets, plain, v, hi, m, pad and m > 1)
         self._plain_range(plain, v, hi)
         self.last_loop_synced = False
 
@@ -825,7 +824,7 @@ class _KernelGen:
         b.cbranch(ok, group, one)
         # m nodes together
         b.position_at_end(group)
-        self.jam = _JamCtx(set(copies[0]), copies)
+        self.jam = _JamCtx(set(copies[0]), copies, taken, _no_self_reads(s.body, s.var))
         try:
             self.jam_stmt(taken)
         finally:
@@ -917,58 +916,97 @@ class _KernelGen:
         raise CodegenError(f"internal: statement {type(s).__name__} in a jammed node group")
 
     def jam_reduce(self, e: ir.Reduce, q: int) -> ll.Value:
-        """One loop computing reduction ``e`` for every jammed node; returns node ``q``'s."""
-        key = e
-        if key not in self.jam.reduces:
-            b = self.b
-            dt = self.dtype(e.body)
+        """One loop computing reduction ``e`` for every jammed node (with up to ``FUSE`` - 1
+        sibling reductions over the same range: see :meth:`_fusable`); returns node ``q``'s."""
+        if e not in self.jam.reduces:
+            self._jam_reduce_loop([(e, e), *self._fusable(e)])
+        self.jam_switch(q)
+        return self.jam.reduces[e][q]
+
+    def _fusable(self, e: ir.Reduce) -> list[tuple[ir.Reduce, ir.Reduce]]:
+        """Reductions of the jammed body over ``e``'s range that can be computed now, in ``e``'s
+        loop: each loaded input (a child's ``h[c, k]``) then feeds several weight rows, so the
+        loop is bound by FMAs, not loads. Needs a body that reads nothing it stores
+        (``reorder_ok``), every name bound here, and no nested reduction. Those sharing most
+        loads with ``e`` first; each as (the reduction, it over ``e``'s variable)."""
+        n = len(self.jam.copies)
+        room = FUSE_ACCS // n - 1
+        if room <= 0 or not self.jam.reorder_ok:
+            return []
+        cands: list[tuple[int, int, ir.Reduce, ir.Reduce]] = []
+        bound = set(self.env) | set(self.jam.copies[0])
+        mine = {m for m in ir.walk(e.body) if isinstance(m, ir.Load)}
+        for r in ir.walk(self.jam.body):
+            if not isinstance(r, ir.Reduce) or r == e or r in self.jam.reduces:
+                continue
+            if (r.start, r.stop, r.op) != (e.start, e.stop, e.op) or any(r == c[2] for c in cands):
+                continue
+            if _contains(r.body, lambda m: isinstance(m, ir.Reduce)) or not self.jam_dep(r.body):
+                continue
+            names = {m.name for m in ir.walk(r.body) if isinstance(m, ir.Var)} - {r.var}
+            if not names <= bound or e.var in names:
+                continue
+            body = ir.transform(r.body, lambda m, r=r: ir.Var(e.var) if isinstance(m, ir.Var) and m.name == r.var else None)
+            shared = len(mine & {m for m in ir.walk(body) if isinstance(m, ir.Load)})
+            cands.append((-shared, len(cands), r, ir.Reduce(r.op, e.var, r.start, r.stop, body)))
+        cands.sort(key=lambda c: c[:2])
+        return [(r, renamed) for _, _, r, renamed in cands[:room]]
+
+    def _jam_reduce_loop(self, group: list[tuple[ir.Reduce, ir.Reduce]]) -> None:
+        b = self.b
+        e = group[0][1]
+        n = len(self.jam.copies)
+        specs = []
+        for key, r in group:
+            dt = self.dtype(r.body)
             ty = LTYPE[dt]
-            if self.varying(e.body) or any(_is_vec(c[n][0]) for c in self.jam.copies for n in c
-                                           if _uses_var(e.body, n)):
+            if self.varying(r.body) or any(_is_vec(c[m][0]) for c in self.jam.copies for m in c
+                                           if _uses_var(r.body, m)):
                 ty = ll.VectorType(ty, self.vec.width)
-            lo, hi = self.expr(e.start), self.expr(e.stop)
-            init = self.const_like(ty, 0.0 if dt in ir.FLOAT_DTYPES else 0) if e.op != "max" else \
+            init = self.const_like(ty, 0.0 if dt in ir.FLOAT_DTYPES else 0) if r.op != "max" else \
                 self.const_like(ty, float("-inf") if dt in ir.FLOAT_DTYPES else -2**31)
-            n = len(self.jam.copies)
-            pre = b.block
-            body_bb, exit_bb = self.block(f"jred_{e.var}"), self.block(f"jred_{e.var}_end")
-            b.cbranch(b.icmp_signed("<", lo, hi), body_bb, exit_bb)
-            b.position_at_end(body_bb)
-            i = b.phi(I32, name=e.var)
-            i.add_incoming(lo, pre)
-            accs = [b.phi(ty) for _ in range(n)]
-            for a in accs:
+            specs.append((r, dt, ty, init, key))
+        lo, hi = self.expr(e.start), self.expr(e.stop)
+        pre = b.block
+        body_bb, exit_bb = self.block(f"jred_{e.var}"), self.block(f"jred_{e.var}_end")
+        b.cbranch(b.icmp_signed("<", lo, hi), body_bb, exit_bb)
+        b.position_at_end(body_bb)
+        i = b.phi(I32, name=e.var)
+        i.add_incoming(lo, pre)
+        accs = [[b.phi(ty) for _ in range(n)] for _, _, ty, _, _ in specs]
+        for (_, _, _, init, _), row in zip(specs, accs):
+            for a in row:
                 a.add_incoming(init, pre)
-            self.env[e.var] = (i, ir.INT)
-            nxts = []
-            self.jam_off += 1
-            try:
-                for k in range(n):
-                    self.jam_switch(k)
-                    nxts.append(self.combine(e.op, dt, accs[k], self.expr(e.body)))
-            finally:
-                del self.env[e.var]
-                self.jam_off -= 1
-            i_next = b.add(i, ll.Constant(I32, 1), flags=["nsw"])
-            end = b.block
-            b.cbranch(b.icmp_signed("<", i_next, hi), body_bb, exit_bb)
-            i.add_incoming(i_next, end)
+        self.env[e.var] = (i, ir.INT)
+        nxts: list[list] = [[] for _ in specs]
+        self.jam_off += 1
+        try:
+            for k in range(n):
+                self.jam_switch(k)
+                for g, (r, dt, _, _, _) in enumerate(specs):
+                    nxts[g].append(self.combine(r.op, dt, accs[g][k], self.expr(r.body)))
+        finally:
+            del self.env[e.var]
+            self.jam_off -= 1
+        i_next = b.add(i, ll.Constant(I32, 1), flags=["nsw"])
+        end = b.block
+        b.cbranch(b.icmp_signed("<", i_next, hi), body_bb, exit_bb)
+        i.add_incoming(i_next, end)
+        b.position_at_end(exit_bb)
+        for g, (r, dt, ty, init, key) in enumerate(specs):
             outs = []
-            b.position_at_end(exit_bb)
-            for a, nxt in zip(accs, nxts):
+            for a, nxt in zip(accs[g], nxts[g]):
                 a.add_incoming(nxt, end)
                 out = b.phi(ty)
                 out.add_incoming(init, pre)
                 out.add_incoming(nxt, end)
-                if e.op == "mean":
+                if r.op == "mean":
                     cnt = b.sitofp(b.select(b.icmp_signed(">", b.sub(hi, lo), ll.Constant(I32, 0)), b.sub(hi, lo),
                                             ll.Constant(I32, 1)), LTYPE[dt])
                     out, cnt = self.match(out, cnt)
                     out = b.fdiv(out, cnt)
                 outs.append(out)
             self.jam.reduces[key] = outs
-        self.jam_switch(q)
-        return self.jam.reduces[key][q]
 
     def vector_loop(self, s: ir.For, width: int) -> None:
         """The body of a vectorized loop once, on ``width``-lane vectors (no loop at all)."""
@@ -1260,6 +1298,7 @@ class _JamFor(ir.For):
 
 JAM = 8  # nodes computed together: one weight vector load feeds JAM FMAs
 JAM_TAIL: tuple[int, ...] = ()  # smaller groups for the nodes left over (then node by node)
+FUSE_ACCS = 24  # a jammed reduction loop takes sibling reductions up to this many accumulators
 JAM_PAD = True  # a short last group repeats its last node (when the body reads nothing it stores)
 
 
@@ -1286,10 +1325,13 @@ def _no_self_reads(body: ir.Stmt, node: str) -> bool:
 class _JamCtx:
     """Nodes ``v0 .. v0+JAM-1`` being emitted together: per-node values of node-dependent names."""
 
-    def __init__(self, names: set[str], copies: list[dict[str, tuple]]) -> None:
+    def __init__(self, names: set[str], copies: list[dict[str, tuple]], body: ir.Stmt | None = None,
+                 reorder_ok: bool = False) -> None:
         self.names = names
         self.copies = copies
         self.reduces: dict = {}
+        self.body = body  # the jammed statement (for fusing reductions)
+        self.reorder_ok = reorder_ok  # it reads nothing it stores: reductions may run early
 
 
 def jam_plan(loop: ir.For) -> tuple[list, ir.Stmt] | None:
