@@ -127,19 +127,21 @@ def _forest(jump: np.ndarray, root_pre: np.ndarray, sizes: list[int], starts: np
     each node's children in order); else each node's children are ordered by id."""
     nb = len(sizes)
     n = len(jump) - 1
-    height = _heights(jump, max(sizes))
+    max_size = max(sizes)
+    height = _heights(jump, max_size)
     if height is None:
         return None  # a cycle
-    hmax = int(height.max())
-    # radix sort on a narrow copy of the key is several times faster than a merge sort
+    # radix sort on a narrow copy of the key is several times faster than a merge sort;
+    # heights are below the largest input's size, which picks the width without a max()
+    hmax = max_size - 1 if max_size <= 65536 else int(height.max())
     key = height.astype(np.uint8 if hmax < 256 else np.uint16 if hmax < 65536 else np.intp)
     order = key.argsort(kind="stable")
     new_id = np.empty(n + 1, np.intp)  # new_id[n] = n: the sentinel stays last
     new_id[order] = np.arange(n)
     new_id[n] = n
-    level_offsets = np.zeros(hmax + 2, INDEX_DTYPE)
-    np.add.accumulate(np.bincount(key, minlength=hmax + 1).astype(INDEX_DTYPE),
-                      out=level_offsets[1:])
+    counts = np.bincount(key)  # one per level: its length is the number of levels
+    level_offsets = np.zeros(len(counts) + 1, INDEX_DTYPE)
+    np.add.accumulate(counts, out=level_offsets[1:], dtype=INDEX_DTYPE)
     num_leaves = int(level_offsets[1])
 
     if table is None:
