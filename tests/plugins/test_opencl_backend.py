@@ -340,3 +340,31 @@ def test_cortex_info_lists_the_opencl_devices(capsys):
     assert "OpenCL devices:" in text and _found.devices[0] in text
     label = cl_device.list_devices()[0][0]  # "P:D platform: device (TYPE)": the option value too
     assert f"devices: {label}, " in text and "compute units" in text
+
+
+def test_fast_math_renders_an_inline_float32_sigmoid_accurate_over_the_whole_range():
+    import pyopencl as cl
+
+    program = tree_lstm(form="per_level", dtype="float32", H=16)
+    fast = str(cl_compiler.OpenCLRenderer(fast_math=True).render(program))
+    exact = str(cl_compiler.OpenCLRenderer(fast_math=False).render(program))
+    assert cl_compiler.FAST_SIGMOID_HELPER in fast and cl_compiler.SIGMOID_HELPER not in fast
+    assert cl_compiler.SIGMOID_HELPER in exact
+    device = BACKEND.compiler.device
+    src = cl_compiler.FAST_SIGMOID_HELPER + """
+__kernel void f(__global const float* x, __global float* y, int n) {
+  for (int i = 0; i < n; ++i) y[i] = cx_sigmoid_float32(x[i]);
+}"""
+    built = BACKEND.compiler.build(src, "sigmoid_probe", cl_compiler.FAST_MATH_OPTIONS)
+    x = np.concatenate([np.linspace(-120, 120, 200001), [0.0, -0.0, 1e-30, -1e-30, 87.0, -87.0,
+                                                          88.0, -88.0, 1e30, -1e30]]).astype(np.float32)
+    y = np.empty_like(x)
+    mf = cl.mem_flags
+    bx = cl.Buffer(device.context, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=x)
+    by = cl.Buffer(device.context, mf.WRITE_ONLY, y.nbytes)
+    cl.Kernel(built, "f")(device.queue, (1,), (1,), bx, by, np.int32(x.size))
+    cl.enqueue_copy(device.queue, y, by)
+    device.queue.finish()
+    with np.errstate(over="ignore"):
+        want = 1.0 / (1.0 + np.exp(-x.astype(np.float64)))
+    np.testing.assert_allclose(y, want, rtol=3e-7, atol=1e-30)
