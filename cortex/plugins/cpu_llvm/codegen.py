@@ -195,6 +195,7 @@ class _KernelGen:
         self.vec: _VecCtx | None = None  # set while emitting the body of a vectorized loop
         self.jam: _JamCtx | None = None  # set while emitting a group of jammed nodes
         self.jam_off = 0  # > 0 inside a reduction's body: no fusion across nodes there
+        self.memo: dict = {}  # inside a jammed reduction loop: values shared by its nodes
 
     # ---------------------------------------------------------------- helpers
     def dtype(self, e: ir.Expr) -> str:
@@ -326,6 +327,8 @@ class _KernelGen:
     # ---------------------------------------------------------------- expressions
     def expr(self, e: ir.Expr) -> ll.Value:
         b = self.b
+        if self.memo and e in self.memo:
+            return self.memo[e]
         if isinstance(e, ir.Const):
             if e.dtype == ir.BOOL:
                 return ll.Constant(I1, int(bool(e.value)))
@@ -863,6 +866,12 @@ class _KernelGen:
                 if _is_vec(val[0]):
                     self.vec.varying.add(name)
 
+    def _per_node(self, e: ir.Node) -> bool:
+        """Does ``e`` use a name whose value differs between the jammed nodes?"""
+        c0 = self.jam.copies[0]
+        return _contains(e, lambda n: isinstance(n, ir.Var) and n.name in self.jam.names and n.name in c0 and any(
+            c[n.name][0] is not c0[n.name][0] for c in self.jam.copies))
+
     def jam_dep(self, e: ir.Node) -> bool:
         return _contains(e, lambda n: isinstance(n, ir.Var) and n.name in self.jam.names)
 
@@ -981,12 +990,20 @@ class _KernelGen:
         nxts: list[list] = [[] for _ in specs]
         self.jam_off += 1
         try:
+            # a product's node-independent factor (the weight load) is emitted once, not per node
+            for r, _, _, _, _ in specs:
+                if isinstance(r.body, ir.BinOp) and r.body.op == "*":
+                    for x, y in ((r.body.a, r.body.b), (r.body.b, r.body.a)):
+                        if x not in self.memo and not self._per_node(x) and self._per_node(y):
+                            self.memo[x] = self.expr(x)
+                            break
             for k in range(n):
                 self.jam_switch(k)
                 for g, (r, dt, _, _, _) in enumerate(specs):
                     nxts[g].append(self.combine(r.op, dt, accs[g][k], self.expr(r.body)))
         finally:
             del self.env[e.var]
+            self.memo.clear()
             self.jam_off -= 1
         i_next = b.add(i, ll.Constant(I32, 1), flags=["nsw"])
         end = b.block
@@ -1479,6 +1496,7 @@ class _HostExpr(_KernelGen):
     """Int expressions of the host steps (sizes and host loop variables only)."""
 
     def __init__(self, builder: ll.IRBuilder, env: dict[str, ll.Value]) -> None:  # noqa: D401
+        self.memo = {}
         self.b = builder
         self.env = {k: (v, ir.INT) for k, v in env.items()}
         self.dtypes = {}
