@@ -777,13 +777,13 @@ class _KernelGen:
             body = body.body
         v = lo
         pad = JAM_PAD and _no_self_reads(s.body, s.var)
-        for m in (JAM, *JAM_TAIL):
-            v = self._jam_groups(s, conds, taken, lets, plain, v, hi, m, pad and m > 1)
-        self._plain_range(plain, v, hi)
+        sizes = (JAM, *JAM_TAIL)
+        for n, m in enumerate(sizes):
+            v = self._jam_groups(s, conds, taken, lets, plain, v, hi, m, pad and m > 1, n == len(sizes) - 1)
         self.last_loop_synced = False
 
     def _jam_groups(self, s: ir.For, conds: list, taken: ir.Stmt, lets: list, plain: ir.For,
-                    lo: ll.Value, hi: ll.Value, m: int, pad: bool = False) -> ll.Value:
+                    lo: ll.Value, hi: ll.Value, m: int, pad: bool = False, last: bool = False) -> ll.Value:
         """Groups of ``m`` nodes from ``lo`` while ``m`` nodes remain before ``hi``; returns
         the first node not done (the builder is positioned after the groups). With ``pad``,
         groups run while at least two nodes remain: a short last group repeats its last node
@@ -835,18 +835,33 @@ class _KernelGen:
                 self.env.pop(name, None)
             self.jam = None
         b.branch(done)
-        # a group with a failing guard: its nodes one by one
+        # a group with a failing guard: its nodes one by one; after the last size, the same
+        # (one copy of the plain body) also runs the nodes left over, then leaves
         b.position_at_end(one)
         end = b.add(v0, ll.Constant(I32, m))
         if pad:
             end = b.select(b.icmp_signed("<", end, hi), end, hi)
-        self._plain_range(plain, v0, end)
-        b.branch(done)
+        if not last:
+            self._plain_range(plain, v0, end)
+            b.branch(done)
+        else:
+            plain_bb, out_bb = self.block(f"jam_plain{m}"), self.block(f"jam_out{m}")
+            b.branch(plain_bb)
+            b.position_at_end(single)
+            b.branch(plain_bb)
+            b.position_at_end(plain_bb)
+            p_hi, p_back = b.phi(I32), b.phi(I1)
+            p_hi.add_incoming(end, one)
+            p_hi.add_incoming(hi, single)
+            p_back.add_incoming(ll.Constant(I1, 1), one)
+            p_back.add_incoming(ll.Constant(I1, 0), single)
+            self._plain_range(plain, v0, p_hi)
+            b.cbranch(p_back, done, out_bb)
         b.position_at_end(done)
         nxt = b.add(v0, ll.Constant(I32, m))
         v0.add_incoming(nxt, done)
         b.branch(head)
-        b.position_at_end(single)
+        b.position_at_end(out_bb if last else single)
         return v0
 
     def _plain_range(self, loop: ir.For, lo: ll.Value, hi: ll.Value) -> None:
