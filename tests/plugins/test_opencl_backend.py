@@ -19,7 +19,7 @@ from cortex.core import hostinfo, interpret
 REQUIRED = "opencl" in {n.strip() for n in os.environ.get("CORTEX_TEST_REQUIRE", "").split(",")}
 _found = hostinfo.opencl_devices()
 if not _found.devices and not REQUIRED:
-    pytest.skip(f"no OpenCL device: {_found.error}", allow_module_level=True)
+    pytest.skip(reason=f"OpenCL unavailable: no OpenCL device: {_found.error}", allow_module_level=True)
 
 import cortex  # noqa: E402
 import cortex.models  # noqa: E402,F401  (cortex.models.X below)

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from cortex.core import loopir as ir
-from cortex.core.backend import Backend, Compiler, Renderer, Runtime, Source
+from cortex.core.backend import Backend, Compiler, HostRuntime, Renderer, Source
 from cortex.core.capabilities import Capabilities
 from cortex.plugins.cpu_llvm import codegen
 from cortex.plugins.cpu_llvm.jit import cpu_info
@@ -99,18 +99,9 @@ class LLVMCompiler(Compiler):
                                ir_text=str(source))
 
 
-class LLVMRuntime(Runtime):
-    """Host NumPy arrays are the device buffers; ``launch`` is one native call."""
-
-    def allocate(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-        return np.zeros(shape, dtype)
-
-    def upload(self, array: np.ndarray) -> np.ndarray:
-        return np.array(array, copy=True, order="C")
-
-    def download(self, buffer: np.ndarray, out: np.ndarray) -> np.ndarray:
-        out[...] = buffer
-        return out
+class LLVMRuntime(HostRuntime):
+    """Host NumPy arrays are the device buffers (``HostRuntime``); ``launch`` is one native
+    call."""
 
     def launch(self, artifact: Any, args: tuple[Any, ...], **launch_config: Any) -> None:
         if not isinstance(artifact, CompiledProgram):
@@ -125,9 +116,6 @@ class LLVMRuntime(Runtime):
             if not (isinstance(a, np.ndarray) and a.flags.c_contiguous and a.dtype == artifact_dtype(b)):
                 raise TypeError(f"buffer {b.name} must be a C-contiguous {b.dtype} ndarray")
         artifact.launch(arrays, [int(v) for v in args[nb:]])
-
-    def synchronize(self) -> None:
-        """Nothing to wait for: a launch returns when the native call has finished."""
 
 
 def artifact_dtype(b: ir.Buffer) -> np.dtype:
