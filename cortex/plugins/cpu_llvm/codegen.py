@@ -45,6 +45,7 @@ flat offsets are 64-bit. Math: ``exp log sqrt abs fma`` are LLVM intrinsics; ``t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from llvmlite import ir as ll
 
@@ -897,16 +898,7 @@ class _KernelGen:
                 self.jam_stmt(x)
             return
         if isinstance(s, ir.For) and s.kind == "vectorized" and self.vec is None:
-            width = vector_width(s)
-            start = ir.const_int(s.start)
-            lanes = ll.Constant(ll.VectorType(I32, width), [start + k for k in range(width)])
-            self.vec = _VecCtx(s.var, width, start, {s.var}, {})
-            self.env[s.var] = (lanes, ir.INT)
-            try:
-                self.jam_stmt(s.body)
-            finally:
-                del self.env[s.var]
-                self.vec = None
+            self.vector_loop(s, vector_width(s), self.jam_stmt)
             return
         if isinstance(s, ir.Let):
             if not self.jam_dep(s.value):
@@ -1040,14 +1032,15 @@ class _KernelGen:
                 outs.append(out)
             self.jam.reduces[key] = outs
 
-    def vector_loop(self, s: ir.For, width: int) -> None:
-        """The body of a vectorized loop once, on ``width``-lane vectors (no loop at all)."""
+    def vector_loop(self, s: ir.For, width: int, emit: Callable[[ir.Stmt], None] | None = None) -> None:
+        """The body of a vectorized loop once, on ``width``-lane vectors (no loop at all),
+        emitted by ``emit`` (``self.stmt`` by default; ``self.jam_stmt`` inside a jammed group)."""
         start = ir.const_int(s.start)
         lanes = ll.Constant(ll.VectorType(I32, width), [start + k for k in range(width)])
         self.vec = _VecCtx(s.var, width, start, {s.var}, {})
         self.env[s.var] = (lanes, ir.INT)
         try:
-            self.stmt(s.body)
+            (emit or self.stmt)(s.body)
         finally:
             del self.env[s.var]
             self.vec = None
