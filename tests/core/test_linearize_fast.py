@@ -129,3 +129,81 @@ def test_child_tables_keep_the_users_child_order_and_trim_width() -> None:
         assert got is not None
         same(got, general(tables))
         assert got.child_table.flags.c_contiguous
+
+
+# ---- nested tuples / lists of int tokens (``fast.nested_batch``) ---------------------------
+
+NESTED_FIELDS = FIELDS + ("word_ids",)
+
+
+def general_nested(items: list[Any], arity: int | None = None,
+                   vocab_size: int | None = None) -> Any:
+    return assemble([read_part(x, None, i) for i, x in enumerate(items)], arity=arity,
+                    vocab_size=vocab_size, feature_dim=None)
+
+
+def same_nested(a: Any, b: Any) -> None:
+    assert a.num_nodes == b.num_nodes
+    for f in NESTED_FIELDS:
+        x, y = getattr(a, f), getattr(b, f)
+        assert x.dtype == y.dtype and x.shape == y.shape and (x == y).all(), f
+        assert not x.flags.writeable
+    assert list(a.origin) == list(b.origin)
+    for v, (i, key) in enumerate(b.origin):
+        assert a.origin.row(i, key) == v
+    assert a.features is None and a.labels is None
+
+
+nested_ok = st.recursive(st.integers(0, 30), lambda kids: st.one_of(
+    st.tuples(kids, kids), st.lists(kids, min_size=1, max_size=4),
+    st.lists(kids, min_size=1, max_size=3).map(tuple)), max_leaves=25)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(nested_ok, min_size=1, max_size=5))
+def test_nested_fused_equals_general(items: list[Any]) -> None:
+    got = fast.nested_batch(items, None, None)
+    assert got is not None
+    same_nested(got, general_nested(items))
+    same_nested(linearize(items, cache=False), general_nested(items))
+    for arity, vocab_size in ((2, 31), (3, None), (None, 10)):
+        try:
+            want = general_nested(items, arity, vocab_size)
+        except StructureError as exc:
+            assert fast.nested_batch(items, arity, vocab_size) is None
+            with pytest.raises(type(exc)) as info:
+                linearize(items, arity=arity, vocab_size=vocab_size, cache=False)
+            assert str(info.value) == str(exc)
+        else:
+            same_nested(fast.nested_batch(items, arity, vocab_size), want)
+
+
+def test_nested_fused_declines_other_types() -> None:
+    import enum
+    from collections import namedtuple
+
+    class Color(enum.IntEnum):
+        RED = 1
+
+    class MyInt(int):
+        pass
+
+    class MyTuple(tuple):
+        pass
+
+    Node2 = namedtuple("Node2", "word children")
+    for items in ([(1, True)], [(1, -2)], [(1, "a")], [(1, ())], [(1, 2.0)], [(1, None)],
+                  [(1, np.int64(2))], [(1, Color.RED)], [(1, MyInt(2))], [MyTuple((1, 2))],
+                  [Node2(3, ())], [(1, 2**40)], [[1, [2, 3]], "(1 a)"]):
+        assert fast.nested_batch(items, None, None) is None, items
+    cyclic: list[Any] = [1]
+    cyclic.append(cyclic)
+    assert fast.nested_batch([cyclic], None, None) is None
+    deep: Any = 1
+    for _ in range(5000):  # deeper than marshal's limit: the general path's iterative walk
+        deep = (deep, 2)
+    assert fast.nested_batch([deep], 2, None) is None
+    assert linearize([deep], arity=2, cache=False).num_levels == 5001
+    # a lone token is a one-node tree, and a token outside the vocabulary is the general error
+    same_nested(fast.nested_batch([7], None, None), general_nested([7]))
+    assert fast.nested_batch([(1, 9)], 2, 9) is None

@@ -8,7 +8,8 @@ latency path. One module per job:
 * ``nested``   -- tuples/lists, objects with ``children``, ``ast`` trees (one iterative pass);
 * ``sexpr``    -- PTB/SST s-expressions (``sexpr_batch``: the vectorized plain-SST path);
 * ``arrays``   -- parent arrays, child tables, edge lists, sequences, grids (vectorized);
-* ``fast``     -- the fused whole-batch path for plain parent arrays / child tables;
+* ``fast``     -- the fused whole-batch paths for plain parent arrays / child tables and
+                for nested tuples/lists of int tokens;
 * ``assemble`` -- batch-wide validation and level numbering in NumPy;
 * ``cache``    -- LRU caches for structures seen before;
 * ``errors``   -- the ``ValueError`` subclasses, each naming the input index and the node.
@@ -136,6 +137,16 @@ def linearize(structures: Any, *, arity: int | None = None, vocab_size: int | No
     items = structures if type(structures) is list else [structures]
     if not items:
         raise EmptyBatchError("empty batch: give at least one structure")
+    t0 = type(items[0])
+    if (t0 is tuple or t0 is list or t0 is int) and feature_dim is None and (
+            arity is None or (isinstance(arity, (int, np.integer)) and arity >= 1)) and (
+            vocab_size is None or isinstance(vocab_size, (int, np.integer))):
+        # nested tuples of int tokens: the whole batch in one marshal walk and NumPy (never
+        # cached: nested Python objects are not). None: anything else, or an error the
+        # general path below reports.
+        out = _fast.nested_batch(items, arity, vocab_size)
+        if out is not None:
+            return out
     keys: list[Any] = [None] * len(items)
     bkey = None
     if cache and _cache.STATE.enabled:
@@ -146,7 +157,6 @@ def linearize(structures: Any, *, arity: int | None = None, vocab_size: int | No
             if hit is not None:
                 return hit
     out = None
-    t0 = type(items[0])
     if (t0 is ParentArray or t0 is ChildTable) and feature_dim is None and (
             arity is None or (isinstance(arity, (int, np.integer)) and arity >= 1)):
         # plain tree arrays: the fused path (None: not plain, or invalid -> the general path

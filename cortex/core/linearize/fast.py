@@ -18,6 +18,7 @@ not checked.
 
 from __future__ import annotations
 
+import marshal
 from itertools import accumulate
 from typing import Any
 
@@ -27,7 +28,7 @@ from ..structure import INDEX_DTYPE, LinearizedBatch
 from . import forms
 from . import assemble as _asm
 from .assemble import Origin
-from .parts import id_key
+from .parts import PathKeys, id_key
 
 
 def _plain(x: Any, kind: type, arr: Any, ndim: int) -> bool:
@@ -111,6 +112,102 @@ def child_table_batch(items: list[Any], arity: Any) -> LinearizedBatch | None:
     return _forest(jump, root_pre, sizes, starts, arity, gtable)
 
 
+# marshal format 2 (no back-references, no short forms): a tuple / list is its type byte and
+# an int32 length, an int in int32 range its type byte and the int32 value. A batch of nested
+# tuples/lists of such ints is therefore a sequence of 5-byte records in pre-order.
+_RECORD = np.dtype([("code", "u1"), ("val", "<i4")])
+_KIND = np.zeros(256, np.int8)  # record type byte -> 1 container, 2 int, 0 anything else
+_KIND[ord("(")] = _KIND[ord("[")] = 1
+_KIND[ord("i")] = 2
+
+
+def nested_batch(items: list[Any], arity: Any, vocab_size: Any) -> LinearizedBatch | None:
+    """The batch, when ``items`` are nested tuples/lists whose leaves are non-negative int
+    tokens (below ``vocab_size`` when given), with ``arity`` children on every internal node
+    when given; None otherwise (strings, other objects, errors: the general path).
+
+    ``marshal.dumps(items, 2)`` walks the batch in C and accepts only the exact built-in types
+    (a subclass -- a namedtuple, an IntEnum, bool -- is unmarshallable or has another record
+    type), so a batch it writes as 5-byte records holds exactly what ``nested.flatten_nested``
+    reads as tuples and int tokens, in the same pre-order. The records give every node's child
+    count; the tree follows in NumPy: subtree ends (the first later record where the count of
+    pending children drops below the node's), depths (the number of enclosing subtrees),
+    parents (the last earlier node one level up). Cycles through lists and nests deeper than
+    marshal's limit raise in marshal: the general path handles them.
+    """
+    try:
+        raw = marshal.dumps(items, 2)
+    except Exception:  # unmarshallable object, too deep (cycles), out of memory
+        return None
+    if len(raw) % 5:
+        return None
+    rec = np.frombuffer(raw, _RECORD)
+    kind = _KIND[rec["code"]]
+    val = rec["val"].astype(np.intp)
+    r = len(rec)
+    n = r - 1  # record 0 is the batch list itself: the parent of every root
+    if n > _asm.MAX_INDEX or kind.min() == 0:
+        return None
+    leaf = kind == 2
+    inner = np.flatnonzero(~leaf)
+    a = np.where(leaf, 0, val)  # children per record
+    ai = val[inner]
+    # an empty tuple/list, or the wrong child count (record 0, the batch list, aside)
+    if (ai[1:] != arity).any() if arity is not None else ai.min() == 0:
+        return None
+    tok = val[leaf]
+    if vocab_size is not None:  # as unsigned, a negative token is >= any vocabulary size
+        if tok.view(np.uintp).max() >= vocab_size:
+            return None
+    elif tok.min() < 0:
+        return None  # the general path names the node with the negative token
+    # pending[j]: slots still to fill after record j (each record fills one and opens a_j)
+    pending = np.cumsum(a - 1)
+    pending += 1
+    # subtree end of internal record p: the first j >= p with pending[j] = pending[p - 1] - 1
+    # (pending drops by at most one per record, so "below" is first reached exactly there)
+    wide = np.intp(r + 1)
+    narrow = np.uint16 if r < 65536 else np.intp  # radix sorts for the small keys
+    by_pending = pending.astype(narrow).argsort(kind="stable")
+    skey = pending[by_pending] * wide + by_pending
+    before = pending[inner] - ai  # = pending[p - 1] - 1
+    end = by_pending[np.searchsorted(skey, before * wide + inner)]
+    # depth: the number of internal records whose subtree (p, end] holds the record
+    mark = np.bincount(inner + 1, minlength=r + 1)
+    mark -= np.bincount(end + 1, minlength=r + 1)
+    depth = np.cumsum(mark)  # [r + 1]; depth[r] = 0 pads the reduction below
+    # parent: the last earlier record one level up (a later one at that depth would have
+    # closed the parent's subtree first)
+    by_depth = depth[:r].astype(narrow).argsort(kind="stable")
+    dkey = depth[by_depth] * wide + by_depth
+    below = np.arange(1, r)
+    prec = by_depth[np.searchsorted(dkey, (depth[1:r] - 1) * wide + below) - 1]
+    # height of internal p: the deepest record of its subtree [p, end] minus its depth; one
+    # reduceat over the (p, end + 1) pairs (each odd "segment" runs backwards: one element)
+    spans = np.empty(2 * len(inner), np.intp)
+    spans[0::2] = inner
+    spans[1::2] = end + 1
+    height = np.zeros(r, np.intp)
+    height[inner] = np.maximum.reduceat(depth, spans)[0::2] - depth[inner]
+    jump = np.empty(n + 1, np.intp)  # global parent (node = record - 1); roots -> n
+    np.subtract(prec, 1, out=jump[:n])
+    root_pre = (prec == 0).nonzero()[0]
+    jump[root_pre] = n
+    jump[n] = n
+    starts = np.empty(len(root_pre) + 1, np.intp)
+    starts[:-1] = root_pre
+    starts[-1] = n
+    sizes = np.diff(starts).tolist()
+    # each input's nodes' local parents (-1 for its root), for the path keys of the origin
+    local = jump[:n] - np.repeat(root_pre, sizes)
+    local[root_pre] = -1
+    bounds = starts.tolist()
+    keys = [PathKeys(local[bounds[b]:bounds[b + 1]]) for b in range(len(sizes))]
+    words = np.where(leaf[1:], val[1:], -1)
+    return _forest(jump, root_pre, sizes, starts, arity, keys=keys, words=words,
+                   height=height[1:])
+
+
 def _starts(sizes: list[int]) -> np.ndarray | None:
     starts = [0, *accumulate(sizes)]
     if starts[-1] > _asm.MAX_INDEX:
@@ -119,18 +216,23 @@ def _starts(sizes: list[int]) -> np.ndarray | None:
 
 
 def _forest(jump: np.ndarray, root_pre: np.ndarray, sizes: list[int], starts: np.ndarray,
-            arity: Any, table: np.ndarray | None = None) -> LinearizedBatch | None:
+            arity: Any, table: np.ndarray | None = None, keys: list[Any] | None = None,
+            words: np.ndarray | None = None,
+            height: np.ndarray | None = None) -> LinearizedBatch | None:
     """Level numbering of a batch of trees already known to be in range with one root per
     input (if acyclic): ``jump`` [n + 1] is each node's global parent, ``n`` for the roots
     ``root_pre`` and for the sentinel itself. ``table``: the batch's child table in global ids,
     children packed on the left, pads = ``n``, when the input was a child table (its rows give
-    each node's children in order); else each node's children are ordered by id."""
+    each node's children in order); else each node's children are ordered by id. ``keys``:
+    each input's key function (default: the node id); ``words``: [n] token ids (-1 = none) in
+    global ids, already checked; ``height``: every node's height when the caller knows it."""
     nb = len(sizes)
     n = len(jump) - 1
     max_size = max(sizes)
-    height = _heights(jump, max_size)
     if height is None:
-        return None  # a cycle
+        height = _heights(jump, max_size)
+        if height is None:
+            return None  # a cycle
     # radix sort on a narrow copy of the key is several times faster than a merge sort;
     # heights are below the largest input's size, which picks the width without a max()
     hmax = max_size - 1 if max_size <= 65536 else int(height.max())
@@ -191,13 +293,17 @@ def _forest(jump: np.ndarray, root_pre: np.ndarray, sizes: list[int], starts: np
         return None
     node_input = np.arange(nb, dtype=INDEX_DTYPE).repeat(sizes)[order]
     roots = new_id[root_pre].astype(INDEX_DTYPE)
+    if words is not None:
+        words = words.astype(INDEX_DTYPE)[order]
+        words.setflags(write=False)
     for a in (level_offsets, child_offsets, child_ids, out, roots, node_input):
         a.setflags(write=False)
     return LinearizedBatch(
         num_nodes=n, level_offsets=level_offsets, child_offsets=child_offsets,
         child_ids=child_ids, child_table=out, roots=roots, node_input=node_input,
-        word_ids=None, features=None,
-        origin=Origin(order, node_input, [id_key] * nb, starts), labels=None)
+        word_ids=words, features=None,
+        origin=Origin(order, node_input, [id_key] * nb if keys is None else keys, starts),
+        labels=None)
 
 
 def _heights(jump: np.ndarray, max_size: int) -> np.ndarray | None:
