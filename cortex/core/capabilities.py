@@ -21,6 +21,9 @@ class Capabilities:
     group_barrier: bool = False  # a barrier across one work-group / thread block exists
     max_threads_per_group: int = 1
     max_groups: int = 1  # groups that can be co-resident (sizes persistent kernels)
+    # threads that run in lock-step and can exchange registers (warp shuffles); 0 = none.
+    # Cross-lane reductions (``Reduce.lanes``, the ``reduce_lanes`` knob) need lanes <= this.
+    warp_size: int = 0
     num_cores: int = 1  # CPU threads the runtime may use in parallel
     # Memory
     shared_memory_bytes: int = 0  # per group ("local" in OpenCL, "shared" in CUDA)

@@ -42,6 +42,14 @@ class Dialect:
     # ``render_c.dynamic_shared_bytes``). None: always static.
     static_shared_limit: int | None = None
     dynamic_shared_decl: str = ""
+    # Cross-lane reductions (``Reduce.lanes``): the warp width, a butterfly step exchanging
+    # ``{value}`` with the lane ``{offset}`` away within segments of ``{lanes}`` lanes among the
+    # threads of ``{mask}``, and the mask of a lane group (``{bits}``: its lanes' bits,
+    # ``{align}``: warp size - lanes). None: the dialect has no shuffles (renderer refuses).
+    warp_size: int = 0
+    shuffle_xor: str | None = None
+    lane_mask: str = ""
+    full_lane_mask: str = ""
 
 
 def _math(suffix32: str, names: tuple[str, ...] = ("exp", "log", "tanh", "sqrt", "fabs", "fma", "fmax", "fmin")) -> dict:
@@ -120,6 +128,10 @@ CUDA = Dialect(
     unroll_pragma="#pragma unroll",
     static_shared_limit=48 * 1024,  # CUDA's cap on static __shared__ per block
     dynamic_shared_decl="extern __shared__ __align__(16) unsigned char cx_smem[];",
+    warp_size=32,
+    shuffle_xor="__shfl_xor_sync({mask}, {value}, {offset}, {lanes})",
+    lane_mask="(0x{bits:x}u << ((unsigned)threadIdx.x & {align}u))",
+    full_lane_mask="0xffffffffu",
 )
 
 DIALECTS: dict[str, Dialect] = {d.name: d for d in (C, OPENCL, CUDA)}

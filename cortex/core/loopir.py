@@ -52,6 +52,10 @@ REDUCE_OPS = ("sum", "max", "mean")
 BARRIER_SCOPES = ("group", "grid")
 
 
+def _is_pow2(n: object) -> bool:
+    return isinstance(n, int) and not isinstance(n, bool) and n >= 1 and n & (n - 1) == 0
+
+
 class LoopIRError(ValueError):
     """A LoopProgram is malformed (bad node fields, unknown names, failed verification)."""
 
@@ -225,17 +229,26 @@ class Call(Expr):
 
 @dataclass(frozen=True)
 class Reduce(Expr):
-    """``op over var in [start, stop) of body``. Empty range: sum/mean 0, max -inf."""
+    """``op over var in [start, stop) of body``. Empty range: sum/mean 0, max -inf.
+
+    ``lanes > 1`` (a power of two) makes it a *cross-lane* reduction: the ``lanes`` threads of
+    the lane group running the enclosing ``gpu_thread`` loop (``For.lanes``, the same width)
+    split the range (lane ``i`` takes ``start + i``, ``start + i + lanes``, ...), then combine
+    their partial results with a butterfly of warp shuffles, so every lane holds the result.
+    Its value is exactly the plain reduction's (the interpreter ignores ``lanes``); only the
+    association order of the additions differs, as with any reordering of a float sum."""
 
     op: str
     var: str
     start: Expr
     stop: Expr
     body: Expr
+    lanes: int = 1
 
     def __post_init__(self) -> None:
         _check(self.op in REDUCE_OPS, f"Reduce op {self.op!r} not in {REDUCE_OPS}")
         _check(self.var.isidentifier(), f"reduce variable {self.var!r} is not an identifier")
+        _check(_is_pow2(self.lanes), f"Reduce lanes must be a power of two >= 1, got {self.lanes!r}")
         object.__setattr__(self, "start", as_expr(self.start))
         object.__setattr__(self, "stop", as_expr(self.stop))
 
@@ -283,6 +296,11 @@ class For(Stmt):
 
     parallel / vectorized / gpu_group / gpu_thread loops promise no loop-carried dependence
     (the lowering guarantees it); serial and unrolled loops may carry dependences.
+
+    ``lanes > 1`` (a power of two, ``gpu_thread`` loops only): each iteration runs on a *lane
+    group* of ``lanes`` consecutive threads of the group instead of one thread; all lanes of a
+    group execute the body alike (same values, same stores) except that the cross-lane
+    ``Reduce`` nodes of the same width inside it split their ranges over the lanes.
     """
 
     var: str
@@ -290,10 +308,14 @@ class For(Stmt):
     stop: Expr
     body: Stmt
     kind: str = "serial"
+    lanes: int = 1
 
     def __post_init__(self) -> None:
         _check(self.var.isidentifier(), f"loop variable {self.var!r} is not an identifier")
         _check(self.kind in LOOP_KINDS, f"loop kind {self.kind!r} not in {LOOP_KINDS}")
+        _check(_is_pow2(self.lanes), f"loop lanes must be a power of two >= 1, got {self.lanes!r}")
+        _check(self.lanes == 1 or self.kind == "gpu_thread",
+               f"loop {self.var}: lanes={self.lanes} needs kind gpu_thread, got {self.kind!r}")
         object.__setattr__(self, "start", as_expr(self.start))
         object.__setattr__(self, "stop", as_expr(self.stop))
 

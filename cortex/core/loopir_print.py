@@ -42,7 +42,8 @@ def _expr(e: ir.Expr, parent: int) -> str:
     if isinstance(e, ir.Call):
         return f"{e.fn}({', '.join(_expr(a, 0) for a in e.args)})"
     if isinstance(e, ir.Reduce):
-        return f"{e.op}({e.var} in {_expr(e.start, 0)}..{_expr(e.stop, 0)}: {_expr(e.body, 0)})"
+        lanes = f" over {e.lanes} lanes" if e.lanes > 1 else ""
+        return f"{e.op}({e.var} in {_expr(e.start, 0)}..{_expr(e.stop, 0)}{lanes}: {_expr(e.body, 0)})"
     raise ir.LoopIRError(f"cannot print {e!r}")
 
 
@@ -56,7 +57,8 @@ def _stmt(s: ir.Stmt, d: int) -> list[str]:
         return [line for x in s.stmts for line in _stmt(x, d)]
     if isinstance(s, ir.For):
         kind = "" if s.kind == "serial" else f"{s.kind} "
-        head = f"{pad}{kind}for {s.var} in {format_expr(s.start)}..{format_expr(s.stop)}:"
+        lanes = f" ({s.lanes} lanes each)" if s.lanes > 1 else ""
+        head = f"{pad}{kind}for {s.var} in {format_expr(s.start)}..{format_expr(s.stop)}{lanes}:"
         return [head] + _stmt(s.body, d + 1)
     if isinstance(s, ir.Store):
         idx = ", ".join(format_expr(i) for i in s.index)

@@ -521,6 +521,45 @@ class _Checker:
                 self.err(f"parameter {p!r} shadows a size or buffer")
             vars_[p] = (ir.INT, args[i] if args is not None else UNKNOWN)
         self.stmt(k.body, _Scope(vars_, {}, {}, (), False))
+        self.lanes(k.body, 0, False)
+
+    def lanes(self, n: ir.Node, group: int, in_lane_reduce: bool) -> None:
+        """Cross-lane structure: a ``Reduce`` with ``lanes > 1`` sits in the body of the innermost
+        ``gpu_thread`` loop of the same ``lanes`` (``group``; 0 outside any), not inside another
+        cross-lane reduction, and the target has warp shuffles that wide. No GPU loop nests
+        inside a lane-group loop (its lanes must run the body together)."""
+        if isinstance(n, ir.For):
+            if n.lanes > 1:
+                self.lane_width(n.lanes, f"loop {n.var}")
+            if group > 1 and n.kind in ("gpu_thread", "gpu_group"):
+                self.err(f"{n.kind} loop {n.var} inside a lane-group loop: the lanes of a group must run its body together")
+            for x in (n.start, n.stop):
+                self.lanes(x, group, in_lane_reduce)
+            self.lanes(n.body, n.lanes if n.kind == "gpu_thread" else group, in_lane_reduce)
+            return
+        if isinstance(n, ir.Reduce) and n.lanes > 1:
+            self.lane_width(n.lanes, f"reduce over {n.var}")
+            if group != n.lanes:
+                where = f"the innermost gpu_thread loop has lanes={group}" if group else "it is in no gpu_thread loop"
+                self.err(f"reduce over {n.var} over {n.lanes} lanes must be inside a gpu_thread loop with "
+                         f"lanes={n.lanes} ({where})")
+            if in_lane_reduce:
+                self.err(f"reduce over {n.var} over {n.lanes} lanes is nested in another cross-lane reduction")
+            for x in (n.start, n.stop):
+                self.lanes(x, group, in_lane_reduce)
+            self.lanes(n.body, group, True)
+            return
+        for c in ir._children(n):
+            self.lanes(c, group, in_lane_reduce)
+
+    def lane_width(self, lanes: int, what: str) -> None:
+        if self.caps is None:
+            return
+        if self.caps.warp_size <= 0:
+            self.err(f"{what} runs over {lanes} lanes but the target has no warp shuffles (warp_size 0); "
+                     "schedule reduce_lanes=1")
+        elif lanes > self.caps.warp_size:
+            self.err(f"{what} runs over {lanes} lanes, more than the target's warp size {self.caps.warp_size}")
 
     def host_expr(self, e: ir.Expr, sc: _Scope) -> None:
         if any(isinstance(n, (ir.Load, ir.Reduce)) for n in ir.walk(e)):

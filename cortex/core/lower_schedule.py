@@ -19,6 +19,10 @@ and the notes. Everything is done with the pure primitives of ``cortex.core.loop
                        shared memory at kernel start; elsewhere a no-op (noted)
 ``threads``            ``Kernel.threads_per_group`` on a grid target; CPU: the runtime's
                        thread count (noted, no program change)
+``reduce_lanes``       on a target with warp shuffles, a nest whose hidden loop runs
+                       ``gpu_thread`` gets lane groups (``For.lanes``) and its GEMV reductions
+                       the same ``Reduce.lanes`` (0 = auto: ``threads //`` the loop's trip
+                       count, rounded down to a power of two, at most the warp size)
 =====================  =====================================================================
 
 ``kernel_form``, ``leaf_specialization`` and ``fuse`` shape the program while it is built
@@ -27,7 +31,7 @@ and the notes. Everything is done with the pure primitives of ``cortex.core.loop
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import TYPE_CHECKING
 
 from cortex.core import loop_transforms as lt
@@ -95,6 +99,14 @@ def apply_schedule(program: ir.Program, s: Schedule, caps: Capabilities,
         else:
             notes.append("persistent: CPU caches keep the weights resident; no program change")
 
+    if grid and caps.warp_size > 0:
+        if ctx.stats.get("lane_nests"):
+            notes.append(f"reduce_lanes={s.reduce_lanes}: {ctx.stats['lane_nests']} nests run each hidden unit on "
+                         f"lane groups of {_span(ctx.stats['lanes_min'], ctx.stats['lanes_max'])} threads, their GEMV "
+                         "sums combined by warp shuffles")
+        else:
+            notes.append(f"reduce_lanes={s.reduce_lanes}: no nest uses lane groups (one thread per hidden unit)")
+
     # threads
     if grid:
         program = replace(program, kernels=tuple(replace(k, threads_per_group=s.threads) for k in program.kernels))
@@ -136,7 +148,59 @@ def schedule_nest(stmt: ir.Stmt, var: str, extent: int, reduces: list[tuple[str,
                 outer = vo
     if s.parallel in ("hidden", "both") and not whole_vector:
         prog = lt.annotate(prog, outer, "gpu_thread" if caps.has_grid else "parallel")
+        if caps.has_grid and caps.warp_size > 0 and s.reduce_lanes != 1 and reduces:
+            trip = -(-extent // s.tile_hidden) if outer != var else extent
+            lanes = reduce_lanes_for(s, caps, trip)
+            if lanes > 1:
+                body = with_lanes(prog.kernels[0].body, outer, {k for k, _ in reduces}, lanes)
+                stats["lane_nests"] = stats.get("lane_nests", 0) + 1
+                stats["lanes_min"] = min(stats.get("lanes_min", lanes), lanes)
+                stats["lanes_max"] = max(stats.get("lanes_max", lanes), lanes)
+                return body
     return prog.kernels[0].body
+
+
+def reduce_lanes_for(s: Schedule, caps: Capabilities, trip: int) -> int:
+    """Lanes per output row for a ``gpu_thread`` loop of ``trip`` iterations under
+    ``s.reduce_lanes`` (0: auto, the largest power of two <= ``threads // trip``, so a group's
+    threads are all busy; never above the warp size)."""
+    if s.reduce_lanes:
+        return min(s.reduce_lanes, caps.warp_size)
+    lanes = 1
+    while lanes * 2 <= min(caps.warp_size, s.threads // max(1, trip)):
+        lanes *= 2
+    return lanes
+
+
+def with_lanes(stmt: ir.Stmt, loop: str, keys: set[str], lanes: int) -> ir.Stmt:
+    """``stmt`` with the ``gpu_thread`` loop ``loop`` run by lane groups of ``lanes`` threads and
+    each reduction over a var in ``keys`` inside it (the outermost ones, not a reduction nested
+    in another of them) split over those lanes."""
+
+    def reduces(n: ir.Node) -> ir.Node:
+        if isinstance(n, ir.Reduce) and n.var in keys:
+            return replace(n, lanes=lanes)
+        changes = {}
+        for f in fields(n):  # type: ignore[arg-type]
+            v = getattr(n, f.name)
+            if isinstance(v, ir.Node):
+                nv = reduces(v)
+            elif isinstance(v, tuple) and any(isinstance(x, ir.Node) for x in v):
+                nv = tuple(reduces(x) if isinstance(x, ir.Node) else x for x in v)
+                if all(a is b for a, b in zip(nv, v)):
+                    continue
+            else:
+                continue
+            if nv is not v:
+                changes[f.name] = nv
+        return replace(n, **changes) if changes else n  # type: ignore[type-var]
+
+    def f(n: ir.Node) -> ir.Node | None:
+        if isinstance(n, ir.For) and n.var == loop:
+            return replace(n, lanes=lanes, body=reduces(n.body))
+        return None
+
+    return ir.transform(stmt, f)  # type: ignore[return-value]
 
 
 def _unroll_reductions(prog: ir.Program, keys: set[str], factor: int) -> ir.Program:
@@ -169,3 +233,7 @@ def _nbytes(b: ir.Buffer) -> int:
             return 0
         n *= c
     return n
+
+
+def _span(lo: int, hi: int) -> str:
+    return str(lo) if lo == hi else f"{lo}..{hi}"

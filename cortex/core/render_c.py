@@ -196,14 +196,39 @@ class _Renderer:
         body, lines = self.sub(e.body)
         if e.op == "max":
             fn = self.mathfn("fmax", dt) if dt in ir.FLOAT_DTYPES else self.helper("max", dt)
-            update = f"{acc} = {fn}({acc}, {body});"
+            combine = lambda x: f"{acc} = {fn}({acc}, {x});"  # noqa: E731
         else:
-            update = f"{acc} += {body};"
-        self.pre.append(f"for ({it} {e.var} = {lo}; {e.var} < {hi}; ++{e.var}) {{")
-        self.pre += ["  " + x for x in lines] + [f"  {update}", "}"]
+            combine = lambda x: f"{acc} += {x};"  # noqa: E731
+        if e.lanes == 1:
+            self.pre.append(f"for ({it} {e.var} = {lo}; {e.var} < {hi}; ++{e.var}) {{")
+            self.pre += ["  " + x for x in lines] + [f"  {combine(body)}", "}"]
+        else:
+            # lane i of the group takes lo + i, lo + i + lanes, ...; then a butterfly of xor
+            # shuffles leaves the combined value in every lane of the group
+            self.need_shuffles(f"reduce over {e.var} over {e.lanes} lanes")
+            lane = f"({self.d.thread_id} % {e.lanes})"
+            self.pre.append(f"for ({it} {e.var} = {lo} + {lane}; {e.var} < {hi}; {e.var} += {e.lanes}) {{")
+            self.pre += ["  " + x for x in lines] + [f"  {combine(body)}", "}"]
+            if e.lanes == self.d.warp_size:
+                mask = self.d.full_lane_mask
+            else:
+                mask = self.d.lane_mask.format(bits=(1 << e.lanes) - 1, align=self.d.warp_size - e.lanes)
+            m = self.fresh("mask")
+            self.pre.append(f"const unsigned {m} = {mask};")
+            offset = e.lanes // 2
+            while offset >= 1:
+                self.pre.append(combine(self.d.shuffle_xor.format(mask=m, value=acc, offset=offset, lanes=e.lanes)))  # type: ignore[union-attr]
+                offset //= 2
         if e.op == "mean":
             self.pre.append(f"if ({hi} > {lo}) {acc} /= ({t})({hi} - {lo});")
         return acc
+
+    def need_shuffles(self, what: str) -> None:
+        if self.d.shuffle_xor is None or self.d.thread_id is None or self.d.warp_size < 2:
+            raise RenderError(
+                f"{what}: the {self.d.name} dialect has no warp shuffles for cross-lane reductions; "
+                "schedule reduce_lanes=1"
+            )
 
     # ------------------------------------------------------------------ statements
     def flush(self, pad: str) -> list[str]:
@@ -272,10 +297,15 @@ class _Renderer:
             pragma = self.d.vector_pragma
         elif s.kind == "unrolled":
             pragma = self.d.unroll_pragma
+        elif s.lanes > 1 and self.d.group_id is None:
+            self.need_shuffles(f"loop {s.var} over lane groups of {s.lanes}")
         elif s.kind in ("gpu_group", "gpu_thread") and self.d.group_id is not None:
             ident, count = (
                 (self.d.group_id, self.d.num_groups) if s.kind == "gpu_group" else (self.d.thread_id, self.d.group_size)
             )
+            if s.lanes > 1:  # one iteration per lane group of s.lanes consecutive threads
+                self.need_shuffles(f"loop {s.var} over lane groups of {s.lanes}")
+                ident, count = f"({ident} / {s.lanes})", f"({count} / {s.lanes})"
             init = f"({start}) + {ident}"
             step = f"{s.var} += {count}"
         if pragma:

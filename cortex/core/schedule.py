@@ -22,6 +22,11 @@ Knobs (names fixed; the lowering reads them):
 ``leaf_specialization``  separate loop nest for leaves, no per-node branch
 ``fuse``               fuse the gate GEMV with bias and elementwise epilogue in one loop nest
 ``threads``            CPU worker threads; threads per group on a grid target
+``reduce_lanes``       threads (lanes of a warp) that cooperate on one output row of a GEMV,
+                       splitting its reduction and combining with warp shuffles: 1 = one
+                       thread per row; 0 = auto (as many lanes as leave no thread of a group
+                       idle: ``threads // hidden``, a power of two <= the warp size). Offered
+                       only where ``Capabilities.warp_size`` > 0; elsewhere it is 1.
 =====================  ========================================================================
 """
 
@@ -55,6 +60,7 @@ class Schedule:
     leaf_specialization: bool = True
     fuse: bool = True
     threads: int = 1
+    reduce_lanes: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -150,6 +156,9 @@ class ScheduleSpace:
             Knob("leaf_specialization", (True, False), True, "separate loop nest for leaves"),
             Knob("fuse", (True, False), True, "fuse GEMV, bias and elementwise epilogue"),
             Knob("threads", threads, thread_default, "CPU threads / threads per group"),
+            Knob("reduce_lanes", (0,) + _pow2_upto(caps.warp_size) if grid and caps.warp_size > 0 else (1,),
+                 0 if grid and caps.warp_size > 0 else 1,
+                 "lanes per GEMV row, combined by warp shuffles (0 = auto: threads // hidden)"),
         )
         self.constraints: tuple[Constraint, ...] = (
             Constraint(

@@ -19,7 +19,7 @@ PLAIN = Capabilities()
 
 def test_knob_names_are_the_ones_the_lowering_reads():
     assert KNOB_NAMES == ("tile_hidden", "vector_width", "unroll", "parallel", "weight_layout", "persistent",
-                          "kernel_form", "leaf_specialization", "fuse", "threads")
+                          "kernel_form", "leaf_specialization", "fuse", "threads", "reduce_lanes")
     assert tuple(k.name for k in ScheduleSpace(CPU).knobs) == KNOB_NAMES
 
 

@@ -87,6 +87,7 @@ def capabilities(info: DeviceInfo, threads_per_block: int = 256) -> Capabilities
         group_barrier=True,
         max_threads_per_group=info.max_threads_per_block,
         max_groups=info.sm_count * per_sm,
+        warp_size=32,  # every CUDA architecture; __shfl_xor_sync exists from sm_30
         num_cores=hostinfo.cpu_count(),
         shared_memory_bytes=info.shared_per_block_optin,
         cache_bytes_per_core=0,

@@ -5,7 +5,9 @@ Pipeline position: host side of the ``cuda`` runtime. Before each call the runti
 
 * **block size** — 1 for a kernel without GPU-thread loops (each thread of a block would run
   the block's whole work), else the kernel's ``threads_per_group`` (the schedule's ``threads``)
-  or, when the schedule set none, the target option ``threads_per_block``;
+  or, when the schedule set none, the target option ``threads_per_block``; with lane groups
+  (``For.lanes``: a cross-lane reduction's shuffles name every lane of its group) it is rounded
+  up to a multiple of the widest group, so no group is cut short by the block's end;
 * **grid size** — every GPU loop of the rendered code is grid-/block-stride, so *any* grid is
   correct; the grid only decides speed. The plan evaluates the trip counts of the kernel's
   ``gpu_group`` loops on the host (sizes, kernel arguments, the level loop, host copies of the
@@ -185,6 +187,8 @@ class KernelPlan:
             self.block = k.threads_per_group
         else:
             self.block = threads_per_block
+        self.lanes = max((n.lanes for n in nodes if isinstance(n, ir.For)), default=1)
+        self.block = -(-self.block // self.lanes) * self.lanes
         self.shared_bytes = dynamic_shared_bytes(program, kernel, "cuda")
         self.skeleton = _skeleton(k.body) if self.has_groups else None
 
