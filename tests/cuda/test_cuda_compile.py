@@ -15,6 +15,7 @@ sys.path.insert(0, str(HERE.parent / "models"))
 from zoo_structures import zoo_cases  # noqa: E402
 
 from cortex.core import hostinfo  # noqa: E402
+from cortex.core import loopir as ir  # noqa: E402
 from cortex.core.errors import TargetNotRunnableError  # noqa: E402
 from cortex.core.lower import lower  # noqa: E402
 from cortex.core.passes.pipeline import run_passes  # noqa: E402
@@ -39,14 +40,14 @@ def backend(tmp_path, monkeypatch):
     return make_backend(OPTIONS, device_probe=no_gpu)
 
 
-def lowered_programs(caps, dtype="float32"):
+def lowered_programs(caps, dtype="float32", **knobs):
     """{label: program} for every zoo model, default schedule (the persistent form) and per-level."""
     out = {}
     space = ScheduleSpace(caps, dtype)
     for i, (label, name, model, _) in enumerate(zoo_cases(dtype)):
         graph = run_passes(trace(model))
         for form in ("single", "per_level"):
-            s = space.with_knobs(kernel_form=form, persistent=form == "single")
+            s = space.with_knobs(kernel_form=form, persistent=form == "single", **knobs)
             out[f"{i}_{name}_{form}"] = lower(graph, s, caps, dtype).program
     return out
 
@@ -90,6 +91,7 @@ def test_every_zoo_model_compiles_to_a_cubin_for_sm_90(backend):
     assert all(isinstance(s, CudaSource) and s.program is p for s, p in zip(sources, programs.values()))
     cubins = backend.compiler.compile_many(sources, OPTIONS)
     assert backend.compiler.nvcc_runs == len(sources)
+    assert sum(1 for p in programs.values() if lane_widths(p) == {32}) >= len(programs) // 2  # auto lanes
     for (label, p), src, cubin in zip(programs.items(), sources, cubins):
         assert cubin.arch == "sm_90" and cubin.image[:4] == b"\x7fELF" and cubin.program is p, label
         resources = cubin.resources()
@@ -103,6 +105,37 @@ def test_every_zoo_model_compiles_to_a_cubin_for_sm_90(backend):
                 assert plan.cooperative, label
             else:
                 assert "this_grid" not in src and not plan.cooperative, label
+
+
+def lane_widths(p) -> set[int]:
+    return {n.lanes for k in p.kernels for n in ir.walk(k.body) if isinstance(n, ir.Reduce) and n.lanes > 1}
+
+
+@needs_nvcc
+@pytest.mark.parametrize("knobs", [{"reduce_lanes": 4, "unroll": 2}, {"reduce_lanes": 1}], ids=["lanes4", "lanes1"])
+def test_every_zoo_model_with_lane_reductions_compiles_for_sm_90(backend, knobs):
+    """The reduce_lanes knob on every zoo model in both kernel forms (the default, auto, gives
+    the small zoo models 32 lanes: the test above): the CUDA source has the lane-group loops and
+    the xor-shuffle butterflies (or none at reduce_lanes=1), compiles for sm_90, and its plan
+    launches blocks of whole lane groups."""
+    programs = lowered_programs(backend.capabilities, **knobs)
+    sources = [backend.renderer.render(p) for p in programs.values()]
+    cubins = backend.compiler.compile_many(sources, OPTIONS)
+    gemv = 0
+    for (label, p), src, cubin in zip(programs.items(), sources, cubins):
+        assert cubin.image[:4] == b"\x7fELF", label
+        widths = lane_widths(p)
+        if knobs["reduce_lanes"] == 1:
+            assert not widths and "__shfl" not in src, label
+            continue
+        if widths:
+            gemv += 1
+            assert widths == {4} and "__shfl_xor_sync(" in src and "((int)threadIdx.x / 4)" in src, label
+            for k in p.kernels:
+                assert KernelPlan(p, k.name, 256).block % 4 == 0, label
+        else:
+            assert "__shfl" not in src, label
+    assert knobs["reduce_lanes"] == 1 or gemv >= len(programs) // 2
 
 
 @needs_nvcc

@@ -1,7 +1,8 @@
 """The cuda target on a real GPU (skipped where the target is not runnable; ``tools/gpu_check.sh``
 runs these on a lent GPU): hand-built programs against the interpreter, every zoo model x
 structure family in both kernel forms against the float64 reference, and a hidden-256 TreeLSTM
-whose persistent kernel runs every level of a batch in one cooperative launch."""
+whose persistent kernel runs every level of a batch in one cooperative launch (with and without
+cross-lane GEMV reductions); the lane reductions themselves on hand-built programs."""
 
 from __future__ import annotations
 
@@ -53,6 +54,30 @@ def test_hand_built_programs_match_the_interpreter_on_the_gpu(backend):
         assert forms == ({True} if "single" in name or "no_leaf" in name else {False}), name
 
 
+def test_cross_lane_reductions_match_the_interpreter_on_the_gpu(backend):
+    """Lane groups of 2..32 threads (fewer rows than groups, so some groups of a warp leave the
+    loop early), a 40-long range (unequal shares), sum / max / mean / int sum, float32 and
+    float64: the xor-shuffle butterflies against the interpreter's plain reductions."""
+    from dataclasses import replace
+
+    from test_loopir_lanes import K, lane_program
+
+    programs = [replace(lane_program(w, dt), name=f"lanes_{w}_{dt}")
+                for w in (2, 4, 8, 16, 32) for dt in ("float32", "float64")]
+    cubins = backend.compiler.compile_many([backend.renderer.render(p) for p in programs], {"arch": "auto"})
+    rng = np.random.default_rng(5)
+    for p, cubin in zip(programs, cubins):
+        dt = p.buffer("x").dtype
+        bufs = {"x": rng.standard_normal((7, K)).astype(dt), "W": rng.standard_normal((6, K)).astype(dt)}
+        want = run(p, dict(bufs), {"N": 7})
+        got = backend.runtime.program(cubin).run(bufs, {"N": 7})
+        tol = 1e-12 if dt == "float64" else 2e-5
+        for name in ("y", "ymax", "ymean"):
+            np.testing.assert_allclose(got[name], want[name], rtol=tol, atol=tol, err_msg=f"{p.name} {name}")
+        np.testing.assert_array_equal(got["isum"], want["isum"], err_msg=f"{p.name} isum")
+        assert all(c.block % int(p.name.split("_")[1]) == 0 for c in backend.runtime.last_launches)
+
+
 @pytest.fixture(scope="module")
 def warm_cubin_cache(backend):
     """Compile every zoo program the next test will compile, in parallel nvcc runs, into the
@@ -91,12 +116,14 @@ def test_every_zoo_model_and_family_matches_the_reference_on_the_gpu(form, warm_
                 assert_matches(model, exe(batch), dtype, f"{label} {dtype} {form} {fam}")
 
 
-def test_hidden_256_tree_lstm_runs_every_level_in_one_cooperative_launch():
+@pytest.mark.parametrize("knobs", [{}, {"threads": 1024}, {"reduce_lanes": 32, "weight_layout": "row_major"}],
+                         ids=["default", "threads1024_auto_lanes4", "lanes32_row_major"])
+def test_hidden_256_tree_lstm_runs_every_level_in_one_cooperative_launch(knobs):
     from cortex.models import TreeLSTM
     from test_numpy_target import assert_matches
 
     model = TreeLSTM(vocab=1000, embed=256, hidden=256, seed=0)
-    exe = cortex.compile(model, target="cuda")
+    exe = cortex.compile(model, target="cuda", schedule=knobs)
     assert exe.schedule.kernel_form == "single"
     rng = np.random.default_rng(0)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pathlib
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -23,6 +24,8 @@ from cortex.core import loopir as ir  # noqa: E402
 from cortex.core.errors import TargetNotRunnableError  # noqa: E402
 from cortex.core.interpret import run  # noqa: E402
 from cortex.core.loopir_verify import verify  # noqa: E402
+from cortex.core.lower_schedule import with_lanes  # noqa: E402
+from cortex.plugins.cuda.device import capabilities, nominal_device  # noqa: E402
 from cortex.plugins.cuda.compiler import Cubin  # noqa: E402
 from cortex.plugins.cuda.launch import KernelPlan, LaunchError, host_launches  # noqa: E402
 from cortex.plugins.cuda.runtime import CompiledProgram, CudaRuntime  # noqa: E402
@@ -36,6 +39,22 @@ def gpu(p: ir.Program, shared: str | None = None) -> ir.Program:
     if shared:
         p = T.cache(p, shared, "shared")
     return verify(p)
+
+
+def lanes(p: ir.Program, width: int) -> ir.Program:
+    """Every ``gpu_thread`` loop that holds reductions on lane groups of ``width`` threads, its
+    outermost reductions split over them (cross-lane: warp shuffles in CUDA)."""
+    reduces = {n.var for k in p.kernels for n in ir.walk(k.body) if isinstance(n, ir.Reduce)}
+    kernels = []
+    for k in p.kernels:
+        body = k.body
+        for loop in [n for n in ir.walk(k.body) if isinstance(n, ir.For) and n.kind == "gpu_thread"]:
+            if any(isinstance(n, ir.Reduce) for n in ir.walk(loop.body)):
+                body = with_lanes(body, loop.var, reduces, width)
+        kernels.append(replace(k, body=body))
+    out = replace(p, kernels=tuple(kernels))
+    assert any(isinstance(n, ir.Reduce) and n.lanes == width for k in out.kernels for n in ir.walk(k.body))
+    return verify(out, capabilities(nominal_device("sm_90")))
 
 
 def compiled(p: ir.Program, **fake) -> tuple[CompiledProgram, FakeDriver]:
@@ -59,6 +78,10 @@ PROGRAMS = {
     "child_sum_per_level": lambda: gpu(child_sum(form="per_level", dtype="float32")),
     "tree_lstm_single": lambda: gpu(tree_lstm(form="single", dtype="float32"), shared="U"),
     "tree_lstm_per_level": lambda: gpu(tree_lstm(form="per_level", dtype="float64")),
+    # cross-lane reductions: lane groups of 8 / 32 / 4 threads per hidden unit
+    "tree_lstm_lanes8_single": lambda: lanes(gpu(tree_lstm(form="single", dtype="float32"), shared="U"), 8),
+    "tree_rnn_lanes32_per_level": lambda: lanes(gpu(tree_rnn(form="per_level", dtype="float64")), 32),
+    "child_sum_lanes4_single": lambda: lanes(gpu(child_sum(form="single", dtype="float32")), 4),
 }
 
 
@@ -182,3 +205,20 @@ def test_per_call_uploads_are_one_packed_transfer():
     prog.run(per_call, sizes)
     assert driver.uploads == 2  # the params stayed; the index buffers went in one copy
     np.testing.assert_array_equal(first["h"], run(p, dict(bufs), sizes)["h"])
+
+
+def test_blocks_hold_whole_lane_groups():
+    """A cross-lane reduction's shuffles name every lane of its group, so the block size is a
+    multiple of the widest lane group (rounded up from the option when the schedule set none)."""
+    p32, p8 = PROGRAMS["tree_rnn_lanes32_per_level"](), PROGRAMS["tree_lstm_lanes8_single"]()
+    assert {k.threads_per_group for k in p32.kernels} == {1}
+    assert KernelPlan(p32, "level", 48).block == 64 and KernelPlan(p32, "level", 96).block == 96
+    (k8,) = p8.kernels
+    assert KernelPlan(p8, k8.name, 48).block == 48 and KernelPlan(p8, k8.name, 20).block == 24
+    assert KernelPlan(replace(p8, kernels=(replace(k8, threads_per_group=4),)), k8.name, 256).block == 8
+    prog, driver = compiled(p32)
+    bufs, sizes, _ = case(p32, seed=3)
+    want = run(p32, dict(bufs), sizes)
+    got = prog.run(bufs, sizes)
+    np.testing.assert_array_equal(got["h"], want["h"])
+    assert {c.block for c in driver.launched if c.symbol.endswith("_level")} == {64}
