@@ -23,7 +23,10 @@ from cortex.core import loopir as ir
 from cortex.core.backend import Compiler, Renderer, Source
 from cortex.core.errors import CortexError
 from cortex.core.loopir_verify import verify
-from cortex.core.render_c import render
+from cortex.core import render_c
+from cortex.core.dialects import get_dialect
+from cortex.core.jam import jam_nodes, weights_to_transpose
+from cortex.core.loop_transforms import change_layout
 from cortex.plugins.opencl import forms
 from cortex.plugins.opencl.device import Device
 from cortex.plugins.opencl.runtime import FORMS, CompiledProgram
@@ -60,6 +63,117 @@ FAST_SIGMOID_HELPER = """inline float cx_sigmoid_float32(float x) {
 }"""
 
 
+#: Lanes of an OpenCL vector statement (``vectorized`` loops of these trip counts).
+VECTOR_TRIPS = (2, 3, 4, 8, 16)
+
+
+def _lane_coefficient(e: ir.Expr, lane: str) -> int | None:
+    """``c`` when ``e`` is ``c * lane + (lane-free)``; None when it is not affine in ``lane``."""
+    if lane not in {n.name for n in ir.walk(e) if isinstance(n, ir.Var)}:
+        return 0
+    if isinstance(e, ir.Var):
+        return 1
+    if isinstance(e, ir.BinOp) and e.op in ("+", "-"):
+        a, b = _lane_coefficient(e.a, lane), _lane_coefficient(e.b, lane)
+        if a is None or b is None:
+            return None
+        return a + b if e.op == "+" else a - b
+    if isinstance(e, ir.BinOp) and e.op == "*":
+        for c, x in ((e.a, e.b), (e.b, e.a)):
+            k = ir.const_int(c)
+            inner = _lane_coefficient(x, lane)
+            if k is not None and inner is not None:
+                return k * inner
+    return None
+
+
+class _VectorRenderer(render_c._Renderer):
+    """The core C-family renderer plus OpenCL vector statements: a ``vectorized`` loop of 2-16
+    iterations whose body is stores, where every access that depends on the loop variable is
+    contiguous in it (last index ``lane + ...``, the others lane-free) and only ``+ - *`` combine
+    lane-dependent values, is written as ONE statement on an OpenCL vector type (lane-free values
+    are scalars, which OpenCL C widens). The vector type is a typedef with the element's
+    alignment, so the loads and stores are unaligned vector moves: PoCL's ``vload``/``vstore``
+    are library calls its compiler does not inline (measured: every accumulator spilled).
+    Any other loop renders as the core renderer writes it."""
+
+    def vector_type(self, dtype: str, lanes: int) -> str:
+        t = self.ctype(dtype)
+        name = f"cx_v{t}{lanes}"
+        if name not in self.helpers:
+            size = 8 if dtype == "float64" else 4
+            self.helpers[name] = (f"typedef {t} {name} __attribute__((ext_vector_type({lanes}), "
+                                  f"aligned({size})));")
+        return name
+
+    def _pointer(self, buffer: str, vt: str, index: tuple[ir.Expr, ...], read: bool) -> str:
+        alloc = self.allocs.get(buffer)
+        if alloc is not None:
+            space = self.d.shared_qualifier if alloc.scope == "shared" and self.d.shared_qualifier else ""
+            const = ""
+        else:
+            space = self.d.global_qualifier
+            const = self.d.const_qualifier if self.p.buffer(buffer).read_only else ""
+        q = " ".join(x for x in (space, const) if x)
+        return f"(*({q + ' ' if q else ''}{vt}*)(&{self.flat_index(buffer, index)}))"
+
+    def _contiguous(self, index: tuple[ir.Expr, ...], lane: str) -> bool:
+        if not index:
+            return False
+        return (all(_lane_coefficient(i, lane) == 0 for i in index[:-1])
+                and _lane_coefficient(index[-1], lane) == 1)
+
+    def _vector_ok(self, e: ir.Expr, lane: str, dtype: str) -> bool:
+        if lane not in {n.name for n in ir.walk(e) if isinstance(n, ir.Var)}:
+            return not any(isinstance(n, ir.Reduce) for n in ir.walk(e))
+        if isinstance(e, ir.Load):
+            return self.dtypes.get(e.buffer) == dtype and self._contiguous(e.index, lane)
+        if isinstance(e, ir.BinOp) and e.op in ("+", "-", "*"):
+            return self._vector_ok(e.a, lane, dtype) and self._vector_ok(e.b, lane, dtype)
+        return False
+
+    def _vexpr(self, e: ir.Expr, lane: str, start: ir.Expr, vt: str) -> str:
+        if lane not in {n.name for n in ir.walk(e) if isinstance(n, ir.Var)}:
+            return self.expr(e)
+        if isinstance(e, ir.Load):
+            index = tuple(ir.substitute(i, {lane: start}) for i in e.index)
+            return self._pointer(e.buffer, vt, index, read=True)  # type: ignore[arg-type]
+        assert isinstance(e, ir.BinOp)
+        return f"({self._vexpr(e.a, lane, start, vt)} {e.op} {self._vexpr(e.b, lane, start, vt)})"
+
+    def loop(self, s: ir.For, depth: int) -> list[str]:
+        start, stop = ir.const_int(s.start), ir.const_int(s.stop)
+        stores = list(s.body.stmts) if isinstance(s.body, ir.Seq) else [s.body]
+        if (s.kind != "vectorized" or start is None or stop is None or stop - start not in VECTOR_TRIPS
+                or not all(isinstance(x, ir.Store) for x in stores)):
+            return super().loop(s, depth)
+        lanes, lane = stop - start, s.var
+        for st in stores:
+            dtype = self.dtypes.get(st.buffer)  # type: ignore[union-attr]
+            if (dtype not in ir.FLOAT_DTYPES or not self._contiguous(st.index, lane)  # type: ignore[union-attr]
+                    or not self._vector_ok(st.value, lane, dtype)):  # type: ignore[union-attr]
+                return super().loop(s, depth)
+        pad = "  " * depth
+        out: list[str] = []
+        first = ir.Const(start, ir.INT)
+        for st in stores:
+            dtype = self.dtypes[st.buffer]  # type: ignore[union-attr]
+            vt = self.vector_type(dtype, lanes)
+            index = tuple(ir.substitute(i, {lane: first}) for i in st.index)  # type: ignore[union-attr]
+            target = self._pointer(st.buffer, vt, index, read=False)  # type: ignore[union-attr, arg-type]
+            value = self._vexpr(st.value, lane, first, vt)  # type: ignore[union-attr]
+            if lane not in {n.name for n in ir.walk(st.value) if isinstance(n, ir.Var)}:  # type: ignore[union-attr]
+                value = f"(({vt})({value}))"
+            out += self.flush(pad) + [f"{pad}{target} = {value};"]
+        return out
+
+
+def render(program: ir.Program) -> str:
+    """OpenCL C for ``program``: the core renderer in the ``opencl`` dialect, with vector
+    statements for vectorizable ``vectorized`` loops (:class:`_VectorRenderer`)."""
+    return _VectorRenderer(program, get_dialect("opencl")).render()
+
+
 class OpenCLBuildError(CortexError, RuntimeError):
     """The OpenCL compiler rejected the generated source (the message has the build log)."""
 
@@ -69,13 +183,16 @@ class OpenCLBuildError(CortexError, RuntimeError):
 
 
 class OpenCLSource(str):
-    """OpenCL C text that carries the program it was rendered from."""
+    """OpenCL C text that carries the program it was rendered from, and the layouts the
+    renderer gave params (``{name: Buffer.layout}``; the runtime converts them on upload)."""
 
     program: ir.Program
+    relayout: dict[str, tuple]
 
-    def __new__(cls, text: str, program: ir.Program) -> "OpenCLSource":
+    def __new__(cls, text: str, program: ir.Program, relayout: dict[str, tuple] | None = None) -> "OpenCLSource":
         out = super().__new__(cls, text)
         out.program = program
+        out.relayout = dict(relayout or {})
         return out
 
 
@@ -106,17 +223,35 @@ class OpenCLRenderer(Renderer):
     def render(self, program: Any) -> Source:
         if not isinstance(program, ir.Program):
             raise TypeError(f"the opencl renderer takes a LoopProgram, not {type(program).__name__}")
-        shaped = forms.to_work_groups(forms.chunk_nodes(program))
+        jammed, changed, relayout = jam_for_opencl(program)
+        shaped = forms.to_work_groups(forms.chunk_nodes(jammed, skip=changed))
         if self.fast_math:
             shaped = forms.split_reductions(forms.tanh_via_sigmoid(forms.hoist_guards(shaped)))
         full = add_single_group(shaped)
         if forms.needs_single_group(program):  # its kernels' grid barriers are unusable here
             full = ir.Program(program.name, program.sizes, program.buffers,
                               (full.kernel(forms.SINGLE_KERNEL),), ())
-        text = render(full, "opencl")
+        text = render(full)
         if self.fast_math:
             text = text.replace(SIGMOID_HELPER, FAST_SIGMOID_HELPER)
-        return OpenCLSource(text, full)
+        return OpenCLSource(text, full, relayout)
+
+
+def jam_for_opencl(program: ir.Program) -> tuple[ir.Program, frozenset[str], dict[str, tuple]]:
+    """``core.jam.jam_nodes`` for this backend: the weights its fused sums read stored
+    transposed first (so a block of hidden units is one vector load per step; the runtime
+    converts those params on upload: the returned layouts), one SIMD register of hidden units
+    per work-item (16 float32 / 8 float64 lanes: 64 bytes, AVX-512). Returns the program, the
+    kernels that were jammed, and ``{param: layout}`` for the params it re-laid out."""
+    names = weights_to_transpose(program)
+    relaid = program
+    for name in names:
+        relaid = change_layout(relaid, name, "transposed")
+    vector = 8 if "float64" in program.float_dtypes() else 16
+    jammed, changed = jam_nodes(relaid, vector=vector)
+    if not changed:
+        return program, changed, {}
+    return jammed, changed, {n: jammed.buffer(n).layout for n in names}
 
 
 def write_source(text: str, name: str) -> str:
@@ -169,7 +304,8 @@ class OpenCLCompiler(Compiler):
         flags = FAST_MATH_OPTIONS if options.get("fast_math", True) else ()
         built = self.build(str(source), program.name, flags)
         return CompiledProgram(program, built, self.device,
-                               work_group_size=int(options.get("work_group_size", 0) or 0), form=form)
+                               work_group_size=int(options.get("work_group_size", 0) or 0), form=form,
+                               relayout=getattr(source, "relayout", None))
 
 
 def _build_log(program: Any, device: Any, exc: Exception) -> str:

@@ -175,7 +175,8 @@ def _chunk_loop(loop: ir.For, chunk: int, tiles: int, fresh: str) -> ir.Stmt | N
     return ir.For(fresh, 0, count * tiles if tiles > 1 else count, ir.seq(*nests), "parallel")
 
 
-def chunk_nodes(program: ir.Program, chunk: int = NODE_CHUNK, tiles: int = HIDDEN_TILES) -> ir.Program:
+def chunk_nodes(program: ir.Program, chunk: int = NODE_CHUNK, tiles: int = HIDDEN_TILES,
+                skip: frozenset[str] = frozenset()) -> ir.Program:
     """Let each work-item run ``chunk`` nodes in lockstep, hidden unit by hidden unit, so a
     weight row read for one node is reused from L1 by the next ``chunk - 1`` (a node-at-a-time
     GEMV re-reads the whole weight matrix per node: for a TreeLSTM of hidden 256, 2.6 MB).
@@ -185,10 +186,13 @@ def chunk_nodes(program: ir.Program, chunk: int = NODE_CHUNK, tiles: int = HIDDE
     ``parallel="both"``), each chunk is also cut into ``tiles`` hidden tiles: work-groups over
     (node chunks x hidden tiles), so a level of one node still spreads over several cores.
     Legal because iterations of a parallel loop are independent, so interleaving them keeps
-    each one's own statement order."""
+    each one's own statement order. Kernels named in ``skip`` (already jammed) are kept."""
     taken = {n.name for n in ir.walk(program) if isinstance(n, ir.Var)}
     kernels = []
     for k in program.kernels:
+        if k.name in skip:
+            kernels.append(k)
+            continue
         fresh = "cx_chunk"
         while fresh in taken:
             fresh += "_"

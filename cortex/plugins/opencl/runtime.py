@@ -42,6 +42,7 @@ from cortex.core import loopir as ir
 from cortex.core.backend import Runtime
 from cortex.core.errors import CortexError
 from cortex.core.interpret import eval_shape, np_dtype
+from cortex.core.loop_transforms import to_layout
 from cortex.plugins.opencl import forms
 from cortex.plugins.opencl.device import Device
 
@@ -174,7 +175,8 @@ class CompiledProgram:
     """A built ``cl.Program`` for a LoopProgram (and its single-work-group form)."""
 
     def __init__(self, program: ir.Program, cl_program: Any, device: Device, *,
-                 work_group_size: int = 0, form: str = "auto") -> None:
+                 work_group_size: int = 0, form: str = "auto",
+                 relayout: Mapping[str, tuple] | None = None) -> None:
         if form not in FORMS:
             raise ValueError(f"form must be one of {FORMS}, got {form!r}")
         self.program = program
@@ -197,6 +199,9 @@ class CompiledProgram:
             raise ValueError(f"program {program.name} has the level loop inside a kernel; OpenCL "
                              "can run it only as one work-group (form='single_group' or 'auto')")
         self.roles = {b.name: b.role for b in program.buffers}
+        # params the renderer stored in another layout: given as the scheduled program has them
+        # (its row-major shape), converted once when uploaded
+        self.relayout = dict(relayout or {})
         self.align = device.info.base_align_bytes
         mf = cl.mem_flags
         self._inputs = _Pool(device, "per-call inputs", mf.READ_ONLY)
@@ -280,7 +285,8 @@ class CompiledProgram:
         missing = [s.name for s in self.program.sizes if s.name not in sizes]
         if missing:
             raise ValueError(f"program {self.program.name}: sizes {missing} not given")
-        return {b.name: eval_shape(b.shape, sizes) for b in self.program.buffers}
+        return {b.name: eval_shape(b.logical_shape if b.name in self.relayout and b.logical_shape else b.shape, sizes)
+                for b in self.program.buffers}
 
     def launch(self, args: tuple[Any, ...]) -> None:
         """Bind ``args`` (buffers in program order, then sizes) and enqueue the whole call:
@@ -301,7 +307,10 @@ class CompiledProgram:
                 if not isinstance(a, HostArray):
                     raise TypeError(f"param buffer {b.name!r}: expected what runtime.upload returned")
                 if a.device is None:
-                    a.device = _dedicated(self.device, a.array, b.name)
+                    data = a.array
+                    if b.name in self.relayout:
+                        data = to_layout(data, self.relayout[b.name])
+                    a.device = _dedicated(self.device, data, b.name)
             elif b.read_only:
                 if not isinstance(a, HostArray):
                     raise TypeError(f"{b.role} buffer {b.name!r}: expected what runtime.upload returned")
