@@ -16,7 +16,8 @@
 #      conformance suite's cuda part when cortex.testing exists
 #   4. the benchmark: TreeLSTM hidden 256, batch 1 and 10, parse-like trees, next to PyTorch
 #      CUDA eager level-batched in the same run (benchmarks/bench_treelstm.py) -> JSON; then a
-#      small schedule sweep of the cuda target (tools/gpu_schedule_sweep.py) for tuning
+#      small schedule sweep of the cuda target (tools/gpu_schedule_sweep.py) for tuning, the
+#      cross-lane GEMV reductions (reduce_lanes x threads x weight_layout) first
 #
 # Output: $OUT (default ./gpu_check_out): gpu_check.json, gpu_check.log, bench_treelstm.json,
 # schedule_sweep.json, pytest_cuda.txt, conformance_cuda.txt, pycuda_build.log (at most 8 files,

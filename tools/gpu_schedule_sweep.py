@@ -4,9 +4,12 @@ Pipeline position: outside the pipeline, a tuning aid for a lent GPU (``tools/gp
 runs it after the benchmark). Each schedule is compiled through ``cortex.compile(model,
 target="cuda", schedule=...)``, checked against the float64 reference on the batch, then timed
 (the public call on pre-linearized batches: ``exe.run(batch)``, so the numbers are the device
-work plus the per-call uploads/downloads). Knobs swept: ``kernel_form`` (single persistent
+work plus the per-call uploads/downloads). Knobs swept: ``reduce_lanes`` (threads per gate row
+splitting its GEMV and combining with warp shuffles; 0 = auto, ``threads // hidden``) with
+``threads`` and ``weight_layout`` (row-major keeps a lane group's loads of one row contiguous),
+first, since they are the newest and least measured; then ``kernel_form`` (single persistent
 kernel vs per-level launches), ``unroll`` (independent accumulators in the gate GEMVs) and
-``threads`` (threads per block).
+``threads`` (threads per block). Every entry records the notes (how many lanes were used).
 
 Usage: ``python tools/gpu_schedule_sweep.py --out sweep.json [--budget-s 60]``.
 """
@@ -31,7 +34,12 @@ from cortex.core.trace import trace  # noqa: E402
 from cortex.models import TreeLSTM  # noqa: E402
 
 SCHEDULES = [
-    {"kernel_form": "single"},
+    {"kernel_form": "single"},  # default: auto lanes (1 at hidden 256 with 256 threads)
+    {"kernel_form": "single", "threads": 1024},  # auto: 4 lanes per gate row
+    {"kernel_form": "single", "threads": 1024, "reduce_lanes": 1},
+    {"kernel_form": "single", "threads": 1024, "reduce_lanes": 8, "weight_layout": "row_major"},
+    {"kernel_form": "single", "reduce_lanes": 32, "weight_layout": "row_major"},
+    {"kernel_form": "single", "threads": 1024, "reduce_lanes": 4, "unroll": 2},
     {"kernel_form": "per_level"},
     {"kernel_form": "single", "unroll": 4},
     {"kernel_form": "single", "unroll": 8},

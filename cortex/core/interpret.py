@@ -13,6 +13,9 @@ Variable bounds (a CSR range that differs per node) are handled with a lane *mas
 gets the longest trip count and lanes past their own ``stop`` are masked off. A
 :class:`~cortex.core.loopir.Reduce` is evaluated the same way and summed over its axis (in
 chunks of the reduction range, so memory stays bounded for large GEMVs over many nodes).
+A cross-lane reduction (``Reduce.lanes > 1`` in a ``gpu_thread`` loop with ``For.lanes``) is
+evaluated exactly like the plain one: ``lanes`` only says how GPU threads share the work, so
+this interpreter is the oracle for the shuffle code too.
 Serial and unrolled loops are Python loops (the level loop). Values at nesting depth ``d`` are
 arrays with ``d`` dims (size 1 where they do not vary), aligned by axis position.
 

@@ -15,6 +15,9 @@ form over size symbols (``N - 1``, ``L + 1``) or unknown. Facts used:
   expressions in the branch it guards (``c >= 0`` makes a load ``h[c, k]`` with ``c`` from
   ``child_table`` provably in bounds; ``v < stop`` bounds a split loop's tail).
 
+Cross-lane reductions (``Reduce.lanes``) must sit in a ``gpu_thread`` loop of the same
+``lanes`` and not in another one; with capabilities, ``lanes`` may not exceed ``warp_size``.
+
 Kernels are checked once per launch site, with their parameters' intervals taken from the
 launch arguments. ``verify`` raises :class:`VerificationError` listing every problem found.
 """

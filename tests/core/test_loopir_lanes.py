@@ -164,7 +164,8 @@ def test_lowered_lane_programs_equal_the_plain_ones_on_the_interpreter(name):
     sp = ScheduleSpace(WARP, "float64")
     ref = reference.evaluate(spec.graph, spec.model.params, batch)
     for knobs in ({}, {"reduce_lanes": 4}, {"reduce_lanes": 32, "tile_hidden": 8, "unroll": 2},
-                  {"reduce_lanes": 8, "kernel_form": "per_level", "weight_layout": "row_major"}):
+                  {"reduce_lanes": 8, "kernel_form": "per_level", "weight_layout": "row_major"},
+                  {"reduce_lanes": 2, "fuse": False, "leaf_specialization": False, "persistent": True}):
         plain = lower(spec.graph, sp.with_knobs(**{**knobs, "reduce_lanes": 1}), WARP, "float64")
         assert not any(getattr(n, "lanes", 1) > 1 for k in plain.program.kernels for n in ir.walk(k.body))
         want = run_lowered(plain, spec.model.params, batch)
