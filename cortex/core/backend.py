@@ -87,13 +87,28 @@ class Runtime(ABC):
     def synchronize(self) -> None:
         """Wait until every launched piece of work is done."""
 
+    # Per-call transfers. The defaults are the calls above; host runtimes skip the copies.
+
+    def stage(self, array: np.ndarray) -> Any:
+        """A device buffer with ``array``'s contents for the next launch, which only reads it
+        (the per-call index/input buffers). Default: :meth:`upload`."""
+        return self.upload(np.ascontiguousarray(array))
+
+    def fetch(self, buffer: Any, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        """A fresh host array (owned by the caller, aliasing nothing) with ``buffer``'s
+        contents. Default: :meth:`download` into ``np.empty(shape, dtype)``."""
+        return self.download(buffer, np.empty(shape, dtype))
+
 
 class HostRuntime(Runtime):
     """A runtime whose device memory is host memory: buffers are C-contiguous NumPy arrays.
 
     CPU backends (the interpreter, JIT-compiled or C-compiled code called in-process) only
     implement :meth:`launch`; a launch runs to completion, so :meth:`synchronize` has nothing
-    to wait for.
+    to wait for. :meth:`stage` passes a C-contiguous array through without a copy (a launch
+    never writes a read-only buffer: the LoopProgram verifier rejects such stores, and the
+    launch is over before the call returns); :meth:`fetch` is one ``copy()``. A subclass that
+    overrides :meth:`upload` or :meth:`download` overrides these two as well.
     """
 
     def allocate(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
@@ -105,6 +120,12 @@ class HostRuntime(Runtime):
     def download(self, buffer: np.ndarray, out: np.ndarray) -> np.ndarray:
         out[...] = buffer
         return out
+
+    def stage(self, array: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(array)
+
+    def fetch(self, buffer: np.ndarray, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        return buffer.copy()
 
     def synchronize(self) -> None:
         """Nothing to wait for: a launch returns when the program is done."""

@@ -10,10 +10,11 @@ call only
    validated instead);
 2. binds the batch to the program's index/input buffers and size symbols (``Lowered.bind_batch``,
    which checks the batch against the model: ``BatchMismatchError``, a ``ValueError``);
-3. uploads them, takes the output and temp buffers from the executable's pool (allocated on
-   the first call of each shape, reused by every later call of that shape: steady-state calls
-   allocate no device memory), launches the compiled artifact once, synchronizes and downloads
-   the outputs into fresh host arrays (so results never alias the pool);
+3. stages them (``runtime.stage``: an upload, or nothing on a host runtime), takes the output
+   and temp buffers from the executable's pool (allocated on the first call of each shape,
+   reused by every later call of that shape: steady-state calls allocate no device memory),
+   launches the compiled artifact once, synchronizes and fetches the outputs into fresh host
+   arrays (``runtime.fetch``; results never alias the pool);
 4. turns the output buffers into per-node states (``Lowered.states``) wrapped in
    :class:`~cortex.core.outputs.Outputs`.
 
@@ -24,7 +25,10 @@ followed by every size of ``program.sizes`` as a Python ``int``. The artifact pe
 program's host steps (its kernel launches) itself.
 
 The params are prepared (derived params, the compile dtype, the schedule's weight layouts) and
-uploaded once, when the executable is built.
+uploaded once, when the executable is built. Everything else that does not depend on the batch
+is worked out then too (the argument list with the params in place, which slots are staged
+inputs and which pooled buffers, their shape functions and dtypes), so a call's Python work is
+binding, one pass over the pooled slots (skipped when the sizes repeat) and the fetches.
 """
 
 from __future__ import annotations
@@ -76,11 +80,36 @@ class Executable:
         runtime = backend.runtime
         prepared = lowered.prepare_params(params)
         self._params = {name: runtime.upload(np.ascontiguousarray(a)) for name, a in prepared.items()}
+        program = lowered.program
         # Per buffer, once: its compiled shape function and NumPy dtype (calls only evaluate).
         self._buffers = tuple((b, shape_function(b.shape), np.dtype(np_dtype(b.dtype)))
-                              for b in lowered.program.buffers)
+                              for b in program.buffers)
+        # The launch arguments with the params in place; per call the staged inputs
+        # (slot, name, role) and the pooled outputs/temps (slot, name, shape fn, dtype) fill in.
+        self._template: list[Any] = [self._params.get(b.name) for b in program.buffers]
+        self._staged = tuple((i, b.name, b.role) for i, (b, _, _) in enumerate(self._buffers)
+                             if b.name not in self._params and b.read_only)
+        self._pooled = tuple((i, b.name, shape_of, dtype)
+                             for i, (b, shape_of, dtype) in enumerate(self._buffers)
+                             if b.name not in self._params and not b.read_only)
+        self._size_names = tuple(s.name for s in program.sizes)
+        # per state: (state, slot of its output buffer), in ``Lowered.states`` order; found by
+        # asking ``states`` once with each output buffer's name standing for its array
+        slot = {b.name: i for i, b in enumerate(program.buffers) if b.role == "output"}
+        named = lowered.states(dict(zip(slot, slot)))
+        if not all(isinstance(v, str) and v in slot for v in named.values()):
+            raise TypeError("Lowered.states must pick output buffers by name")
+        self._fetched = tuple((st, slot[buf]) for st, buf in named.items())
+        graph = lowered.graph
+        self._out_states = tuple(graph.outputs.states)
+        self._every_node = bool(graph.outputs.every_node)
         # Output/temp device buffers by name: (shape, buffer), reused while the shape repeats.
         self._pool: dict[str, tuple[tuple[int, ...], Any]] = {}
+        # the sizes the pooled slots were last resolved for, those slots' (slot, buffer) and
+        # the fetches of the states: (state, slot, shape, dtype)
+        self._pool_key: tuple[int, ...] | None = None
+        self._pool_args: tuple[tuple[int, Any], ...] = ()
+        self._fetch_args: tuple[tuple[str, int, tuple[int, ...], np.dtype], ...] = ()
         self._lock = threading.Lock()  # the pool is shared: calls from several threads queue
 
     # ---- what was compiled -------------------------------------------------------------------
@@ -127,37 +156,45 @@ class Executable:
             return self._run(batch)
 
     def _run(self, batch: LinearizedBatch) -> Outputs:
-        program = self.lowered.program
         runtime = self.backend.runtime
         inputs, sizes = self.lowered.bind_batch(batch)
-        device: dict[str, Any] = dict(self._params)
-        shapes: dict[str, tuple[int, ...]] = {}
-        for buf, shape_of, dtype in self._buffers:
-            if buf.name in device:
-                continue
-            shape = shapes[buf.name] = shape_of(sizes)
-            if buf.read_only:
-                if buf.name not in inputs:
-                    raise RuntimeError(f"internal error: the lowering bound no array for "
-                                       f"{buf.role} buffer {buf.name!r}")
-                device[buf.name] = runtime.upload(np.ascontiguousarray(inputs[buf.name]))
-                continue
-            pooled = self._pool.get(buf.name)
-            if pooled is None or pooled[0] != shape:
-                pooled = self._pool[buf.name] = (shape, runtime.allocate(shape, dtype))
-            device[buf.name] = pooled[1]
-        args = tuple(device[b.name] for b in program.buffers)
-        args += tuple(int(sizes[s.name]) for s in program.sizes)
-        runtime.launch(self.artifact, args)
+        args = self._template.copy()
+        stage = runtime.stage
+        for i, name, role in self._staged:
+            a = inputs.get(name)
+            if a is None:
+                raise RuntimeError(f"internal error: the lowering bound no array for "
+                                   f"{role} buffer {name!r}")
+            args[i] = stage(a)
+        key = tuple([int(sizes[s]) for s in self._size_names])
+        if key != self._pool_key:
+            self._resolve_pool(key, sizes)
+        for i, buf in self._pool_args:
+            args[i] = buf
+        args += key
+        runtime.launch(self.artifact, tuple(args))
         runtime.synchronize()
-        host = {
-            b.name: runtime.download(device[b.name], np.empty(shapes[b.name], dtype))
-            for b, _, dtype in self._buffers if b.role == "output"
-        }
+        fetch = runtime.fetch
+        states = {st: fetch(args[i], shape, dtype) for st, i, shape, dtype in self._fetch_args}
         self.calls += 1
-        graph = self.graph
-        return Outputs(self.lowered.states(host), batch, graph.outputs.states, self.dtype,
-                       every_node=graph.outputs.every_node)
+        return Outputs._fresh(states, batch, self._out_states, self.lowered.dtype,
+                              self._every_node)
+
+    def _resolve_pool(self, key: tuple[int, ...], sizes: Mapping[str, int]) -> None:
+        """The pooled buffers for ``sizes``: each kept while its shape repeats, else allocated."""
+        runtime = self.backend.runtime
+        self._pool_key = None  # stays unset if an allocation below fails
+        resolved, shapes = [], {}
+        for i, name, shape_of, dtype in self._pooled:
+            shape = shapes[i] = shape_of(sizes)
+            pooled = self._pool.get(name)
+            if pooled is None or pooled[0] != shape:
+                pooled = self._pool[name] = (shape, runtime.allocate(shape, dtype))
+            resolved.append((i, pooled[1]))
+        self._pool_args = tuple(resolved)
+        self._fetch_args = tuple((st, i, shapes[i], self._buffers[i][2])
+                                 for st, i in self._fetched)
+        self._pool_key = key
 
     def __repr__(self) -> str:
         return (f"Executable({self.model_name!r}, target={self.target!r}, dtype={self.dtype}, "

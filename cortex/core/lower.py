@@ -259,62 +259,98 @@ def _reads_input(graph: RecursiveGraph, case: str, name: str) -> bool:
     return any(v.op == "input" and v.attr("name") == name for v in graph.case(case).values)
 
 
+@dataclass(frozen=True)
+class _BindPlan:
+    """What ``bind_batch`` checks and converts, worked out once per Lowered (not per call)."""
+
+    arity: int | None
+    # (input name, vocab size, the cases that read it: "leaf" and/or "internal")
+    word: tuple[str, int, tuple[str, ...]] | None
+    features: tuple[str, tuple[int, ...]] | None
+    dtype: np.dtype
+
+
+def _plan_of(low: Lowered) -> _BindPlan:
+    plan = low.__dict__.get("_bind_plan")
+    if plan is None:
+        g = low.graph
+        word = features = None
+        for inp in g.node_inputs:
+            if inp.kind == "word":
+                parts = tuple(case for case in ("leaf", "internal")
+                              if _reads_input(g, case, inp.name))
+                word = (inp.name, int(inp.vocab), parts)
+            else:
+                features = (inp.name, tuple(inp.shape))
+        plan = _BindPlan(g.arity, word, features, np.dtype(low.dtype))
+        low.__dict__["_bind_plan"] = plan  # a cache on the frozen dataclass (not a field)
+    return plan
+
+
 def _bind_batch(low: Lowered, batch: LinearizedBatch) -> tuple[dict[str, np.ndarray], dict[str, int]]:
-    g = low.graph
     if not isinstance(batch, LinearizedBatch):
         raise TypeError(f"bind_batch needs a LinearizedBatch, got {type(batch).__name__}")
+    plan = _plan_of(low)
     n = int(batch.num_nodes)
-    nl = batch.num_leaves
+    lo = batch.level_offsets
+    nl = int(lo[1]) if len(lo) > 1 else 0
+    co = batch.child_offsets
     e = len(batch.child_ids)
-    arity = np.diff(np.asarray(batch.child_offsets, dtype=np.int64))
-    if g.arity is not None:
-        bad = np.nonzero(arity[nl:] != g.arity)[0]
-        if len(bad):
-            node = nl + int(bad[0])
-            raise BatchMismatchError(
-                f"model {g.name!r} has fixed arity {g.arity}, but internal node {node} has "
-                f"{int(arity[node])} children; linearize with arity={g.arity}"
-            )
+    k = plan.arity
+    table = batch.child_table
+    if k is not None:
+        # every internal node has exactly k children. O(1) when the table is k wide: no node
+        # has more than the table's width (an invariant), so k * (internal count) children
+        # means k each; anything else is checked node by node (and named)
+        if not (table.shape[1] == k and int(co[n]) - int(co[nl]) == k * (n - nl)):
+            arity = np.diff(np.asarray(co, dtype=np.int64))
+            bad = np.nonzero(arity[nl:] != k)[0]
+            if len(bad):
+                node = nl + int(bad[0])
+                raise BatchMismatchError(
+                    f"model {low.graph.name!r} has fixed arity {k}, but internal node {node} "
+                    f"has {int(arity[node])} children; linearize with arity={k}"
+                )
     bufs: dict[str, np.ndarray] = {
-        "level_offsets": np.ascontiguousarray(batch.level_offsets, dtype=INDEX_DTYPE),
-        "child_offsets": np.ascontiguousarray(batch.child_offsets, dtype=INDEX_DTYPE),
+        "level_offsets": np.ascontiguousarray(lo, dtype=INDEX_DTYPE),
+        "child_offsets": np.ascontiguousarray(co, dtype=INDEX_DTYPE),
         # E may be 0 (only leaves): keep one padding entry so no buffer is empty
         "child_ids": np.ascontiguousarray(batch.child_ids, dtype=INDEX_DTYPE) if e
         else np.zeros(1, dtype=INDEX_DTYPE),
     }
-    if g.arity is not None:
-        table = np.full((n, g.arity), -1, dtype=INDEX_DTYPE)
-        k = min(g.arity, batch.max_arity)
-        table[:, :k] = batch.child_table[:, :k]
-        bufs["child_table"] = table
-    for inp in g.node_inputs:
-        if inp.kind == "word":
-            if batch.word_ids is None:
-                raise BatchMismatchError(f"model {g.name!r} reads token ids ({inp.name!r}) but the batch has none")
-            ids = np.ascontiguousarray(batch.word_ids, dtype=INDEX_DTYPE)
-            ranges = []
-            if _reads_input(g, "leaf", inp.name):
-                ranges.append((0, nl))
-            if _reads_input(g, "internal", inp.name):
-                ranges.append((nl, n))
-            for lo, hi in ranges:
-                part = ids[lo:hi]
-                badw = np.nonzero((part < 0) | (part >= inp.vocab))[0]
-                if len(badw):
-                    node = lo + int(badw[0])
-                    raise BatchMismatchError(
-                        f"model {g.name!r}: node {node} needs a token id in [0, {inp.vocab}) for "
-                        f"{inp.name!r} but has {int(ids[node])}"
-                    )
-            bufs["word_ids"] = ids
+    if k is not None:
+        if table.shape == (n, k) and table.dtype == INDEX_DTYPE and table.flags.c_contiguous:
+            bufs["child_table"] = table  # already the [N, k] int32 table (read-only is fine)
         else:
-            if batch.features is None:
-                raise BatchMismatchError(f"model {g.name!r} reads features ({inp.name!r}) but the batch has none")
-            f = np.asarray(batch.features)
-            if f.shape != (n,) + inp.shape:
+            padded = np.full((n, k), -1, dtype=INDEX_DTYPE)
+            w = min(k, batch.max_arity)
+            padded[:, :w] = table[:, :w]
+            bufs["child_table"] = padded
+    if plan.word is not None:
+        name, vocab, parts = plan.word
+        if batch.word_ids is None:
+            raise BatchMismatchError(f"model {low.graph.name!r} reads token ids ({name!r}) but the batch has none")
+        ids = np.ascontiguousarray(batch.word_ids, dtype=INDEX_DTYPE)
+        for part in parts:
+            a, b = (0, nl) if part == "leaf" else (nl, n)
+            # as unsigned, a negative id is >= 2^31 > vocab: one reduction checks both ends
+            if b > a and int(np.maximum.reduce(ids[a:b].view(np.uint32))) >= vocab:
+                seg = ids[a:b]
+                node = a + int(np.nonzero((seg < 0) | (seg >= vocab))[0][0])
                 raise BatchMismatchError(
-                    f"model {g.name!r}: features are {list(f.shape)}, expected [{n}, {inp.shape[0]}]"
+                    f"model {low.graph.name!r}: node {node} needs a token id in [0, {vocab}) for "
+                    f"{name!r} but has {int(ids[node])}"
                 )
-            bufs["features"] = np.ascontiguousarray(f, dtype=np.dtype(low.dtype))
-    sizes = {"N": n, "E": max(e, 1), "L": batch.num_levels, "NL": nl}
+        bufs["word_ids"] = ids
+    if plan.features is not None:
+        name, shape = plan.features
+        if batch.features is None:
+            raise BatchMismatchError(f"model {low.graph.name!r} reads features ({name!r}) but the batch has none")
+        f = np.asarray(batch.features)
+        if f.shape != (n,) + shape:
+            raise BatchMismatchError(
+                f"model {low.graph.name!r}: features are {list(f.shape)}, expected [{n}, {shape[0]}]"
+            )
+        bufs["features"] = np.ascontiguousarray(f, dtype=plan.dtype)
+    sizes = {"N": n, "E": max(e, 1), "L": len(lo) - 1, "NL": nl}
     return bufs, sizes

@@ -49,6 +49,21 @@ class Outputs:
                                  f"{batch.num_nodes} nodes")
         self._rows: list[np.ndarray] | None = None
 
+    @classmethod
+    def _fresh(cls, states: dict[str, np.ndarray], batch: LinearizedBatch,
+               outputs: tuple[str, ...], dtype: str, every_node: bool) -> "Outputs":
+        """The executable's constructor: ``states`` are fresh C-contiguous ``[N, ...]`` arrays
+        it fetched for ``batch`` (what ``__init__`` checks and converts holds by construction;
+        a call skips those per-state NumPy calls)."""
+        self = cls.__new__(cls)
+        self._states = states
+        self.batch = batch
+        self.outputs = outputs
+        self.dtype = dtype
+        self.every_node = every_node
+        self._rows = None
+        return self
+
     # ---- sizes -----------------------------------------------------------------------------
 
     @property

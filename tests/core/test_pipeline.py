@@ -67,6 +67,11 @@ def test_calls_reuse_device_buffers_but_results_never_alias_them():
     exe([(1, 2)])  # other sizes: new buffers, results still right
     assert len(allocations) > after_first
     check_against_reference(model, exe(TREES))
+    again = len(allocations)
+    third = exe(same_shape)  # the sizes repeat: the pool is not even re-resolved
+    assert len(allocations) == again
+    check_against_reference(model, third)
+    assert not np.shares_memory(third.nodes("h"), second.nodes("h"))
 
 
 def test_dtype_defaults_to_the_models_and_can_be_overridden():
@@ -254,6 +259,9 @@ def test_a_ready_linearized_batch_is_checked_against_the_model():
     check_against_reference(model, exe(linearize(TREES, arity=2)))
     with pytest.raises(BatchMismatchError, match="arity 2, but internal node"):
         exe(linearize([(1, 2, 3)]))
+    # a 2-wide table with a one-child node: the per-node check names it
+    with pytest.raises(BatchMismatchError, match="internal node 3 has 1 children"):
+        exe(linearize([((1,), (2, 3))]))
     with pytest.raises(BatchMismatchError, match="token id in \\[0, 10\\)"):
         exe(linearize([(1, 20)]))
     assert isinstance(BatchMismatchError("x"), ValueError) and exe.calls == 1
