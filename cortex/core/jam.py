@@ -22,13 +22,17 @@ whose accumulators (``jam`` x sums x ``vector`` values in a private array) are u
 
     parallel for g in 0..ceil((HI-LO)/jam) * (B-A)/vector:
       let jb = A + (g // chunks) * vector; let v0 = LO + (g % chunks) * jam
-      let node lets of v0, v0+1, .. (renamed; a node past HI repeats HI-1)
-      alloc private acc[jam * sums * vector]:
-        for i, for jl (vectorized): acc[i*vector + jl] = 0
-        for k in 0..K:                                  # one loop per group of sums
-          for jl (vectorized): acc[(n*S + s)*vector + jl] += W[k, jb + jl + c] * x(ch_n, k)   # every n, s
-        for each node n with v0 + n < HI:
-          for jn in jb..jb+vector: the body, each fused sum read from acc
+      if v0 + jam <= HI:                                 # a whole chunk
+        let node lets of v0, v0+1, .. (renamed)
+        alloc private acc[jam * sums * vector]:
+          for i, for jl (vectorized): acc[i*vector + jl] = 0
+          if every child guard holds:                    # no conditional load in the hot loop
+            for k in 0..K:                               # one loop per group of sums
+              for jl (vectorized): acc[(n*S + s)*vector + jl] += W[k, jb + jl + c] * x(ch_n, k)
+          else: the same loops with the guards
+          for each node n: for jl: let jn = jb + jl; the body, each fused sum read from acc
+      else: the same for the nodes v0..HI-1 (the level's last chunk: 1..jam-1 nodes, one
+            version per count)
 
 Each weight vector ``W[k, jb..jb+vector)`` is then loaded once for ``jam`` nodes and each
 child value ``x(ch_n, k)`` once for all the sums of its group: a register-blocked GEMM
@@ -260,10 +264,12 @@ def _jam_loop(loop: ir.For, jam: int, vector: int, max_accs: int, fresh: str,
             out = ir.Let(env[v].name, first + n, out)  # type: ignore[union-attr]
         return out
 
-    # a whole chunk jammed; the level's last, partial chunk node by node (no repeated work)
-    t = fresh + "t"
-    tail = ir.For(t, 0, ir.minimum(jam, hi - v0), block(1, v0 + ir.Var(t), "one"), "serial")
-    inner_body: ir.Stmt = ir.If(ir.Cmp("<=", v0 + jam, hi), block(jam, v0, "all"), tail)
+    # a whole chunk jammed; the level's last, partial chunk jammed over the nodes it has (each
+    # weight vector still read once per chunk, no node computed twice)
+    inner_body: ir.Stmt = block(1, v0, "r1")
+    for count in range(2, jam):
+        inner_body = ir.If(ir.Cmp("==", hi - v0, ir.Const(count, ir.INT)), block(count, v0, f"r{count}"), inner_body)
+    inner_body = ir.If(ir.Cmp("<=", v0 + jam, hi), block(jam, v0, "all"), inner_body)
     inner_body = ir.Let(v0.name, lo + (g % chunks) * jam, inner_body)
     inner_body = ir.If(ir.land(ir.Cmp(">=", jb, ir.Const(a, ir.INT)), ir.Cmp("<=", jb, ir.Const(b - vector, ir.INT))),
                        inner_body)
