@@ -66,7 +66,10 @@ class Executable:
 
     def __init__(self, *, target: str, options: Mapping[str, Any], lowered: "Lowered",
                  backend: Backend, source: Source, artifact: Any, cache_key: str,
-                 params: Mapping[str, np.ndarray], model_name: str = "") -> None:
+                 params: Mapping[str, np.ndarray], model_name: str = "",
+                 prepared: Mapping[str, np.ndarray] | None = None) -> None:
+        """``prepared``: ``lowered.prepare_params(params)`` when the caller already made it
+        (the pipeline does, in a thread overlapping the backend's compile)."""
         self.target = target
         self.options = dict(options)
         self.lowered = lowered
@@ -78,7 +81,8 @@ class Executable:
         self.calls = 0
         self._linearize = linearize_options(lowered.graph)
         runtime = backend.runtime
-        prepared = lowered.prepare_params(params)
+        if prepared is None:
+            prepared = lowered.prepare_params(params)
         self._params = {name: runtime.upload(np.ascontiguousarray(a)) for name, a in prepared.items()}
         program = lowered.program
         # Per buffer, once: its compiled shape function and NumPy dtype (calls only evaluate).

@@ -24,7 +24,7 @@ here; tensors are converted with ``.detach().cpu().numpy()``):
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Collection, Mapping
 
 import numpy as np
 
@@ -40,25 +40,33 @@ if TYPE_CHECKING:
 # --------------------------------------------------------------------------------------------
 
 
-def compute_derived(recipe: str, args: list[np.ndarray]) -> np.ndarray:
-    """Evaluate one derived-param recipe (in float64)."""
-    args = [np.asarray(a, dtype=np.float64) for a in args]
+def compute_derived(recipe: str, args: list[np.ndarray], dtype: Any = np.float64) -> np.ndarray:
+    """Evaluate one derived-param recipe in ``dtype`` (float64 unless the caller says so)."""
+    args = [np.asarray(a, dtype=dtype) for a in args]
     if recipe == "concat0":
         return np.concatenate(args, axis=0)
     if recipe == "embed_linear":
         out = args[0] @ args[1].T
         if len(args) == 3:
-            out = out + args[2]
+            out += args[2]
         return out
     raise ValueError(f"unknown derived-param recipe {recipe!r}")
 
 
-def bind_params(graph: RecursiveGraph, params: Mapping[str, Any], dtype: Any = None) -> dict[str, np.ndarray]:
+def bind_params(graph: RecursiveGraph, params: Mapping[str, Any], dtype: Any = None,
+                compute_dtype: Any = np.float64,
+                only: Collection[str] | None = None) -> dict[str, np.ndarray]:
     """All params ``graph`` reads (its own and derived ones), checked against their specs.
 
     ``dtype=None`` keeps every param in its declared dtype (derived ones are computed in
-    float64 and rounded once); ``dtype=np.float64`` gives the reference evaluator's table.
+    ``compute_dtype`` and rounded once); ``dtype=np.float64`` gives the reference evaluator's
+    table. Derived params are computed in ``compute_dtype``: float64 by default; an executable
+    computing in float32 passes float32 (a derived table in float32 is what its kernel would
+    compute anyway, at half the time and memory of the float64 product). ``only``: return just
+    these names (every param is still checked; the others are only computed when a derived
+    param needs them).
     """
+    cdt = np.dtype(compute_dtype)
     out: dict[str, np.ndarray] = {}
     exact: dict[str, np.ndarray] = {}
     for spec in graph.params:
@@ -69,14 +77,18 @@ def bind_params(graph: RecursiveGraph, params: Mapping[str, Any], dtype: Any = N
             raise ParamError(
                 f"graph {graph.name!r}: parameter {spec.name!r} has shape {arr.shape}, expected {spec.shape}"
             )
-        exact[spec.name] = arr.astype(np.float64)
-        out[spec.name] = arr.astype(dtype or spec.dtype)
+        exact[spec.name] = arr
+        if only is None or spec.name in only:
+            out[spec.name] = arr.astype(dtype or spec.dtype)  # a copy: never the model's array
     for d in graph.derived:
-        value = compute_derived(d.recipe, [exact[a] for a in d.args])
+        value = compute_derived(d.recipe, [exact[a] for a in d.args], cdt)
         if value.shape != d.shape:
             raise ParamError(f"derived param {d.name!r}: recipe gave {value.shape}, expected {d.shape}")
         exact[d.name] = value
-        out[d.name] = value.astype(dtype or d.dtype)
+        if only is None or d.name in only:
+            want = np.dtype(dtype or d.dtype)
+            # fresh already when computed in the wanted dtype (no second copy of a big table)
+            out[d.name] = value if value.dtype == want else value.astype(want)
     return out
 
 

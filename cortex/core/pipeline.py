@@ -14,7 +14,9 @@ Stages (DESIGN.md, "Pipeline"), each dumped by ``dump=`` as one numbered file::
     05_source.<ext>          render:         the backend's source (see source_extension)
 
 then ``compile`` (the backend's compiler, with its cache key) and the executable, which
-prepares and uploads the params once. The backend is created and the schedule resolved first,
+uploads the params once. The params are prepared (``Lowered.prepare_params``: derived tables in
+the compile dtype, weight layouts) in a worker thread that runs while the backend renders and
+compiles; it is joined before the executable is made, and its error, if any, is raised as is. The backend is created and the schedule resolved first,
 so a target without a code generator or an illegal schedule fails before any tracing.
 
 The schedule is the target's ``ScheduleSpace(capabilities, dtype).default()`` unless the user
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
@@ -257,10 +260,40 @@ def build(model: Any, target: "Target", target_options: Mapping[str, Any],
     verify(lowered.program, caps)
     dump.write("loops_scheduled", str(lowered.program))
 
-    source = backend.renderer.render(lowered.program)
-    dump.write("source", source, source_extension(backend, source))
-    key = backend.compiler.cache_key(source, target_options)
-    artifact = backend.compiler.compile(source, target_options)
+    # The params' preparation (derived tables: big matmuls and copies in NumPy, which release
+    # the GIL) runs in a worker thread while the backend renders and compiles.
+    prep = _Worker(lowered.prepare_params, model.params)
+    try:
+        source = backend.renderer.render(lowered.program)
+        dump.write("source", source, source_extension(backend, source))
+        key = backend.compiler.cache_key(source, target_options)
+        artifact = backend.compiler.compile(source, target_options)
+    finally:
+        prep.join()  # never leave the worker running, whatever happened here
     return Executable(target=target.name, options=target_options, lowered=lowered,
                       backend=backend, source=source, artifact=artifact, cache_key=key,
-                      params=model.params, model_name=model.name)
+                      params=model.params, model_name=model.name, prepared=prep.result())
+
+
+class _Worker(threading.Thread):
+    """``fn(*args)`` in a thread started at once; :meth:`result` returns its value or re-raises
+    its exception (the original object: same type, message and traceback)."""
+
+    def __init__(self, fn: Callable[..., Any], *args: Any) -> None:
+        super().__init__(name="cortex-prepare-params", daemon=True)
+        self._fn, self._args = fn, args
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self._value = self._fn(*self._args)
+        except BaseException as e:  # handed to the caller's thread by result()
+            self._error = e
+
+    def result(self) -> Any:
+        self.join()
+        if self._error is not None:
+            raise self._error
+        return self._value

@@ -297,3 +297,41 @@ def test_shared_option_helpers():
     space = ScheduleSpace(CAPABILITIES, "float32")
     assert pipeline.resolve_schedule("t", space, None) == space.default()
     assert pipeline.resolve_schedule("t", space, {"unroll": 8}).unroll == 8
+
+
+def test_params_are_prepared_beside_the_compile_and_their_errors_keep_their_type(monkeypatch):
+    import threading
+
+    from cortex.core.lower import Lowered
+    from cortex.core.model_errors import ParamError
+
+    model = lstm()
+    seen = []
+    real = Lowered.prepare_params
+
+    def spy(self, params):
+        seen.append(threading.current_thread().name)
+        return real(self, params)
+
+    monkeypatch.setattr(Lowered, "prepare_params", spy)
+    check_against_reference(model, cortex.compile(model, target="numpy")(TREES))
+    assert seen == ["cortex-prepare-params"]  # once, in the worker, not again in Executable
+    model.params["W_i"] = np.zeros((2, 2))  # a bad param: the worker's ParamError, as raised
+    with pytest.raises(ParamError, match="'W_i' has shape \\(2, 2\\)"):
+        cortex.compile(model, target="numpy")
+    assert not any(t.name == "cortex-prepare-params" for t in threading.enumerate())
+
+
+def test_float32_executables_compute_derived_params_in_float32():
+    from cortex.core.params import bind_params
+
+    model = TreeLSTM(hidden=6, embed=5, vocab=10, dtype="float32", seed=3)
+    exe = cortex.compile(model, target="numpy", passes=DEFAULT_PASSES)
+    graph = exe.graph
+    assert graph.derived  # the hoisted embedding table and stacked gates
+    low = bind_params(graph, model.params, dtype=np.float32, compute_dtype=np.float32)
+    ref = bind_params(graph, model.params, dtype=np.float64)
+    for d in graph.derived:
+        assert low[d.name].dtype == np.float32
+        np.testing.assert_allclose(low[d.name], ref[d.name], rtol=1e-5, atol=1e-6)
+    check_against_reference(model, exe(TREES), rtol=1e-4, atol=1e-5)
