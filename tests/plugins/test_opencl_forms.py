@@ -174,3 +174,28 @@ def test_chunk_nodes_keeps_whole_nodes_in_a_chunk_when_there_is_no_sum():
     assert isinstance(chunked, ir.For) and chunked.kind == "parallel" and chunked.var.startswith("cx_chunk")
     node = chunked.body  # the node loop, then the node's own body unchanged (hidden loop inside)
     assert isinstance(node, ir.For) and node.var == leaves.var and node.body == leaves.body
+
+
+@pytest.mark.parametrize("name", sorted(BUILDERS))
+def test_single_group_kernel_alternates_the_group_order_from_level_to_level(name):
+    program, bufs, sizes = _case(name, seed=4)
+    mapped = forms.to_work_groups(forms.chunk_nodes(_serial_hidden(program), 2))
+    single = verify(_single_program(mapped))
+    level_loop = next(n for n in ir.walk(single.kernels[0].body) if isinstance(n, ir.For) and n.var == "lh")
+    groups = [n for n in ir.walk(level_loop.body) if isinstance(n, ir.For) and n.kind == "gpu_group"]
+    assert groups and all(isinstance(g.body, ir.Let) and isinstance(g.body.value, ir.Select) for g in groups)
+    want = interpret.run(program, bufs, sizes)["h"]
+    np.testing.assert_allclose(interpret.run(single, bufs, sizes)["h"], want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype,lanes", [("float32", 16), ("float64", 8)])
+def test_renderer_jams_level_kernels_into_vector_statements(dtype, lanes):
+    from cortex.plugins.opencl.compiler import OpenCLRenderer
+
+    program = _serial_hidden(tree_lstm(form="per_level", dtype=dtype, H=32))
+    source = OpenCLRenderer().render(program)
+    t = "float" if dtype == "float32" else "double"
+    assert f"typedef {t} cx_v{t}{lanes} __attribute__((ext_vector_type({lanes}), aligned(" in source
+    assert "vload" not in source and "vstore" not in source  # PoCL does not inline those
+    assert "U" in source.relayout and set(source.relayout.values()) == {("transposed",)}
+    assert forms.SINGLE_KERNEL in {k.name for k in source.program.kernels}  # still verifies
