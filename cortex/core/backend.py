@@ -87,7 +87,14 @@ class Runtime(ABC):
     def synchronize(self) -> None:
         """Wait until every launched piece of work is done."""
 
-    # Per-call transfers. The defaults are the calls above; host runtimes skip the copies.
+    # Hand-overs and per-call transfers. The defaults are the calls above; host runtimes skip
+    # the copies.
+
+    def adopt(self, array: np.ndarray) -> Any:
+        """A device buffer with the contents of ``array``, a C-contiguous host array the caller
+        hands over (nothing else references it; it is never changed again): the executable's
+        prepared params. Default: :meth:`upload`."""
+        return self.upload(array)
 
     def stage(self, array: np.ndarray) -> Any:
         """A device buffer with ``array``'s contents for the next launch, which only reads it
@@ -107,7 +114,8 @@ class HostRuntime(Runtime):
     implement :meth:`launch`; a launch runs to completion, so :meth:`synchronize` has nothing
     to wait for. :meth:`stage` passes a C-contiguous array through without a copy (a launch
     never writes a read-only buffer: the LoopProgram verifier rejects such stores, and the
-    launch is over before the call returns); :meth:`fetch` is one ``copy()``. A subclass that
+    launch is over before the call returns); :meth:`fetch` is one ``copy()``; :meth:`adopt`
+    keeps the handed-over array. A subclass that
     overrides :meth:`upload` or :meth:`download` overrides these two as well.
     """
 
@@ -120,6 +128,9 @@ class HostRuntime(Runtime):
     def download(self, buffer: np.ndarray, out: np.ndarray) -> np.ndarray:
         out[...] = buffer
         return out
+
+    def adopt(self, array: np.ndarray) -> np.ndarray:
+        return array if array.flags.c_contiguous else self.upload(array)
 
     def stage(self, array: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(array)

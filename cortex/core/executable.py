@@ -83,7 +83,7 @@ class Executable:
         runtime = backend.runtime
         if prepared is None:
             prepared = lowered.prepare_params(params)
-        self._params = {name: runtime.upload(np.ascontiguousarray(a)) for name, a in prepared.items()}
+        self._params = {name: self._upload_param(runtime, a, params) for name, a in prepared.items()}
         program = lowered.program
         # Per buffer, once: its compiled shape function and NumPy dtype (calls only evaluate).
         self._buffers = tuple((b, shape_function(b.shape), np.dtype(np_dtype(b.dtype)))
@@ -115,6 +115,15 @@ class Executable:
         self._pool_args: tuple[tuple[int, Any], ...] = ()
         self._fetch_args: tuple[tuple[str, int, tuple[int, ...], np.dtype], ...] = ()
         self._lock = threading.Lock()  # the pool is shared: calls from several threads queue
+
+    @staticmethod
+    def _upload_param(runtime: Any, a: np.ndarray, params: Mapping[str, np.ndarray]) -> Any:
+        """A prepared param on the device: handed over (no copy on a host runtime) when it is
+        a fresh array of its own, else uploaded (a copy: the caller's arrays stay theirs)."""
+        a = np.ascontiguousarray(a)
+        if a.flags.owndata and not any(a is p for p in params.values()):
+            return runtime.adopt(a)
+        return runtime.upload(a)
 
     # ---- what was compiled -------------------------------------------------------------------
 

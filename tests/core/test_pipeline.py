@@ -335,3 +335,12 @@ def test_float32_executables_compute_derived_params_in_float32():
         assert low[d.name].dtype == np.float32
         np.testing.assert_allclose(low[d.name], ref[d.name], rtol=1e-5, atol=1e-6)
     check_against_reference(model, exe(TREES), rtol=1e-4, atol=1e-5)
+
+
+def test_the_executable_keeps_its_own_params():
+    model = TreeRNN(hidden=5, vocab=10, dtype="float64")
+    exe = cortex.compile(model, target="numpy", passes=())  # params used as given, no derived
+    before = exe(TREES).nodes("h").copy()
+    for a in model.params.values():
+        a[...] = 0.0  # the model's arrays change; the executable's copies must not
+    np.testing.assert_array_equal(exe(TREES).nodes("h"), before)
