@@ -119,6 +119,8 @@ _RECORD = np.dtype([("code", "u1"), ("val", "<i4")])
 _KIND = np.zeros(256, np.int8)  # record type byte -> 1 container, 2 int, 0 anything else
 _KIND[ord("(")] = _KIND[ord("[")] = 1
 _KIND[ord("i")] = 2
+_BOX = _KIND == 1
+_NO_VOCAB = 1 << 63  # an unsigned bound every non-negative int64 token is below
 
 
 def nested_batch(items: list[Any], arity: Any, vocab_size: Any) -> LinearizedBatch | None:
@@ -142,56 +144,73 @@ def nested_batch(items: list[Any], arity: Any, vocab_size: Any) -> LinearizedBat
     if len(raw) % 5:
         return None
     rec = np.frombuffer(raw, _RECORD)
-    kind = _KIND[rec["code"]]
+    code = rec["code"]
+    kind = _KIND[code]
+    if not kind[kind.argmin()]:
+        return None  # a record of another type: str, float, bool, None, a big int...
     val = rec["val"].astype(np.intp)
-    r = len(rec)
+    r = len(val)
     n = r - 1  # record 0 is the batch list itself: the parent of every root
-    if n > _asm.MAX_INDEX or kind.min() == 0:
+    if n > _asm.MAX_INDEX:
         return None
-    leaf = kind == 2
-    inner = np.flatnonzero(~leaf)
-    a = np.where(leaf, 0, val)  # children per record
-    ai = val[inner]
+    box = _BOX[code]
+    inner = box.nonzero()[0]  # container records (record 0 first)
+    ai = val[inner]  # their child counts
     # an empty tuple/list, or the wrong child count (record 0, the batch list, aside)
-    if (ai[1:] != arity).any() if arity is not None else ai.min() == 0:
-        return None
-    tok = val[leaf]
-    if vocab_size is not None:  # as unsigned, a negative token is >= any vocabulary size
-        if tok.view(np.uintp).max() >= vocab_size:
+    if arity is not None:
+        if len(ai) > 1 and (ai[1:] != arity).any():
             return None
-    elif tok.min() < 0:
-        return None  # the general path names the node with the negative token
-    # pending[j]: slots still to fill after record j (each record fills one and opens a_j)
-    pending = np.cumsum(a - 1)
-    pending += 1
+    elif not ai[ai.argmin()]:
+        return None
+    tok = val[~box]
+    # as unsigned, a negative token is above any bound: one reduction checks both ends
+    if tok.size and np.maximum.reduce(tok.view(np.uintp)) >= (
+            _NO_VOCAB if vocab_size is None else vocab_size):
+        return None  # the general path names the node and the token
+    a = val * box  # children per record (tokens: none)
+    # pending[j]: slots still to fill after record j (each record fills one and opens a_j;
+    # the batch list's slot is not counted, so pending[r - 1] = 0)
+    a -= 1
+    a[0] += 1
+    pending = np.add.accumulate(a)
     # subtree end of internal record p: the first j >= p with pending[j] = pending[p - 1] - 1
     # (pending drops by at most one per record, so "below" is first reached exactly there)
-    wide = np.intp(r + 1)
+    wide = r + 1
     narrow = np.uint16 if r < 65536 else np.intp  # radix sorts for the small keys
     by_pending = pending.astype(narrow).argsort(kind="stable")
-    skey = pending[by_pending] * wide + by_pending
+    skey = pending[by_pending]
+    skey *= wide
+    skey += by_pending
     before = pending[inner] - ai  # = pending[p - 1] - 1
-    end = by_pending[np.searchsorted(skey, before * wide + inner)]
+    before *= wide
+    before += inner
+    end = by_pending[skey.searchsorted(before)]
     # depth: the number of internal records whose subtree (p, end] holds the record
     mark = np.bincount(inner + 1, minlength=r + 1)
     mark -= np.bincount(end + 1, minlength=r + 1)
-    depth = np.cumsum(mark)  # [r + 1]; depth[r] = 0 pads the reduction below
-    # parent: the last earlier record one level up (a later one at that depth would have
-    # closed the parent's subtree first)
-    by_depth = depth[:r].astype(narrow).argsort(kind="stable")
-    dkey = depth[by_depth] * wide + by_depth
-    below = np.arange(1, r)
-    prec = by_depth[np.searchsorted(dkey, (depth[1:r] - 1) * wide + below) - 1]
+    depth = np.add.accumulate(mark)  # [r + 1]; depth[r] = 0 pads the reduction below
     # height of internal p: the deepest record of its subtree [p, end] minus its depth; one
     # reduceat over the (p, end + 1) pairs (each odd "segment" runs backwards: one element)
     spans = np.empty(2 * len(inner), np.intp)
     spans[0::2] = inner
     spans[1::2] = end + 1
     height = np.zeros(r, np.intp)
-    height[inner] = np.maximum.reduceat(depth, spans)[0::2] - depth[inner]
+    deep = np.maximum.reduceat(depth, spans)[0::2]
+    deep -= depth[inner]
+    height[inner] = deep
+    is_root = depth[:r] == 1
+    root_rec = is_root.nonzero()[0]
+    if arity is not None:
+        return _fixed_arity_forest(val, inner, end, height, is_root, root_rec, arity)
+    # parent: the last earlier record one level up (a later one at that depth would have
+    # closed the parent's subtree first)
+    by_depth = depth[:r].astype(narrow).argsort(kind="stable")
+    dkey = depth[by_depth] * wide + by_depth
+    below = np.arange(1, r)
+    prec = by_depth[np.searchsorted(dkey, (depth[1:r] - 1) * wide + below) - 1]
     jump = np.empty(n + 1, np.intp)  # global parent (node = record - 1); roots -> n
     np.subtract(prec, 1, out=jump[:n])
-    root_pre = (prec == 0).nonzero()[0]
+    root_pre = root_rec - 1
     jump[root_pre] = n
     jump[n] = n
     starts = np.empty(len(root_pre) + 1, np.intp)
@@ -203,9 +222,116 @@ def nested_batch(items: list[Any], arity: Any, vocab_size: Any) -> LinearizedBat
     local[root_pre] = -1
     bounds = starts.tolist()
     keys = [PathKeys(local[bounds[b]:bounds[b + 1]]) for b in range(len(sizes))]
-    words = np.where(leaf[1:], val[1:], -1)
+    words = np.where(box[1:], -1, val[1:])
     return _forest(jump, root_pre, sizes, starts, arity, keys=keys, words=words,
                    height=height[1:])
+
+
+def _fixed_arity_forest(val: np.ndarray, inner: np.ndarray, end: np.ndarray,
+                        height: np.ndarray, is_root: np.ndarray, root_rec: np.ndarray,
+                        k: int) -> LinearizedBatch | None:
+    """The batch of :func:`nested_batch` when every internal node has exactly ``k`` children:
+    child j + 1 of a node is the record after child j's subtree, so the child table comes
+    from the subtree ends in k - 1 gathers (no parents, no sort of the edges); internal rows
+    are contiguous after the leaves, so the CSR is the table's internal rows."""
+    r = len(val)
+    n = r - 1
+    nb = len(root_rec)
+    if n * k > _asm.MAX_TABLE_ENTRIES:
+        return None
+    # the children of every internal node as node ids (record - 1), in the user's order
+    inr, ends = inner[1:], end[1:]
+    after = np.arange(1, r + 1)  # the record after each record's subtree (leaves: itself)
+    after[inr] = ends + 1
+    kids = np.empty((n, k), np.intp)  # rows of internal nodes only; leaf rows never read
+    c = inr + 1
+    kids[inr - 1, 0] = inr  # node id of record c = c - 1
+    for j in range(1, k):
+        c = after[c]
+        kids[inr - 1, j] = c - 1
+    # level order: stable by height = (height, input, the input's pre-order)
+    hn = height[1:]
+    key = hn.astype(np.uint8 if r < 256 else np.uint16 if r < 65536 else np.intp)
+    order = key.argsort(kind="stable")
+    new_id = np.empty(n, np.intp)
+    new_id[order] = np.arange(n)
+    counts = np.bincount(key)  # one per level
+    level_offsets = np.zeros(len(counts) + 1, INDEX_DTYPE)
+    np.add.accumulate(counts, out=level_offsets[1:], dtype=INDEX_DTYPE)
+    nl = int(level_offsets[1])
+    width = k if nl < n else 0  # the table is as wide as the widest node: 0 for lone leaves
+    table = np.empty((n, width), INDEX_DTYPE)
+    table[:nl] = -1
+    if width:
+        table[nl:] = new_id[kids[order[nl:]]]
+    child_ids = table[nl:].reshape(-1)
+    child_offsets = np.zeros(n + 1, INDEX_DTYPE)
+    child_offsets[nl + 1:] = np.arange(k, k * (n - nl) + 1, k, dtype=INDEX_DTYPE)
+    # inputs: record j belongs to input (number of roots up to j) - 1
+    node_in = np.add.accumulate(is_root[1:], dtype=INDEX_DTYPE)
+    node_in -= 1
+    node_input = node_in[order]
+    root_pre = root_rec - 1
+    roots = new_id[root_pre].astype(INDEX_DTYPE)
+    words = val[1:].astype(INDEX_DTYPE)[order]
+    words[nl:] = -1
+    starts = np.empty(nb + 1, np.intp)
+    starts[:-1] = root_pre
+    starts[-1] = n
+    for a in (level_offsets, child_offsets, child_ids, table, roots, node_input, words):
+        a.setflags(write=False)
+    tree = _KidsTree(kids, inr - 1, starts)
+    return LinearizedBatch(
+        num_nodes=n, level_offsets=level_offsets, child_offsets=child_offsets,
+        child_ids=child_ids, child_table=table, roots=roots, node_input=node_input,
+        word_ids=words, features=None,
+        origin=Origin(order, node_input, [_LazyPathKeys(tree, b) for b in range(nb)], starts),
+        labels=None)
+
+
+class _KidsTree:
+    """The parents of a fixed-arity batch, worked out from its child rows on first use (only
+    reading an origin key needs them)."""
+
+    __slots__ = ("kids", "internal", "starts", "_local")
+
+    def __init__(self, kids: np.ndarray, internal: np.ndarray, starts: np.ndarray) -> None:
+        self.kids, self.internal, self.starts = kids, internal, starts
+        self._local: np.ndarray | None = None
+
+    def keys(self, b: int) -> PathKeys:
+        if self._local is None:
+            n = len(self.kids)
+            parent = np.full(n, -1, np.intp)
+            k = self.kids.shape[1]
+            parent[self.kids[self.internal].ravel()] = np.repeat(self.internal, k)
+            base = np.repeat(self.starts[:-1], np.diff(self.starts))
+            local = parent - base
+            local[self.starts[:-1]] = -1
+            self._local = local
+        lo, hi = int(self.starts[b]), int(self.starts[b + 1])
+        return PathKeys(self._local[lo:hi].tolist())
+
+
+class _LazyPathKeys:
+    """Input ``b``'s path keys (``PathKeys``), built when first read."""
+
+    __slots__ = ("tree", "b", "_keys")
+
+    def __init__(self, tree: _KidsTree, b: int) -> None:
+        self.tree, self.b = tree, b
+        self._keys: PathKeys | None = None
+
+    def _get(self) -> PathKeys:
+        if self._keys is None:
+            self._keys = self.tree.keys(self.b)
+        return self._keys
+
+    def __call__(self, v: int) -> str:
+        return self._get()(v)
+
+    def index(self, key: str) -> int:
+        return self._get().index(key)
 
 
 def _starts(sizes: list[int]) -> np.ndarray | None:
