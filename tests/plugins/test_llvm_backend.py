@@ -291,6 +291,42 @@ def test_short_last_group_repeats_a_node_only_when_the_body_reads_nothing_it_sto
         _outputs_close(p, cp.run(bufs, sizes), want, "float32")
 
 
+def test_every_level_size_runs_through_the_jam_stages_like_the_reference():
+    """Levels of 1..19 nodes (a batch of k left-deep trees has k nodes on every internal level):
+    every mix of the 8/4/2/1 groups of ``JAM_STAGES`` and padded groups agrees with the float64
+    reference (the shared node-by-node fallback: the failing-guard test above)."""
+    model = cortex.models.TreeLSTM(hidden=32, embed=8, vocab=40, dtype="float32", seed=5)
+    exe = cortex.compile(model, target="llvm", threads=2)
+    for k in range(1, 20):
+        trees = [(((3 * t % 40, 5), (7 + t) % 40), 11) for t in range(k)]
+        _assert_matches(model, exe(trees), "float32", f"{k} nodes per level")
+
+
+def test_profile_build_records_every_barrier_per_thread():
+    """``profile=True``: the same results, and per thread one (arrive, leave) pair per barrier
+    (leaves, each level, the launch, the call), in order, with non-negative work and waits."""
+    import random
+
+    from benchmarks.common import parse_like_tree
+
+    rng = random.Random(2)
+    trees = [parse_like_tree(rng, rng.randint(3, 12), 40) for _ in range(3)]
+    model = cortex.models.TreeLSTM(hidden=32, embed=8, vocab=40, dtype="float32", seed=3)
+    exe = cortex.compile(model, target="llvm", threads=2, profile=True)
+    out = exe(trees)
+    _assert_matches(model, out, "float32", "profile build")
+    prof = exe.artifact.profile()
+    levels = exe.linearize(trees).num_levels
+    assert len(prof["compute"]) == 2
+    for t in range(2):
+        ev = prof["events"][t]
+        assert len(ev) == levels + 2  # leaves + internal levels + launch + call
+        assert (prof["compute"][t] >= 0).all() and (prof["wait"][t] >= 0).all()
+        assert (np.diff(ev.ravel()) >= 0).all()
+    with pytest.raises(RuntimeError, match="profile=True"):
+        cortex.compile(model, target="llvm", threads=1).artifact.profile()
+
+
 def test_interchange_applies_to_level_loops_only():
     from cortex.core.lower import lower  # noqa: F401  (the lowering is what produces level loops)
 

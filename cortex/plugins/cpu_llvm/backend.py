@@ -71,13 +71,14 @@ class LLVMSource(str):
 class LLVMRenderer(Renderer):
     """Scheduled LoopProgram -> LLVM IR text (see :mod:`cortex.plugins.cpu_llvm.codegen`)."""
 
-    def __init__(self, vector_bits: int) -> None:
+    def __init__(self, vector_bits: int, profile: bool = False) -> None:
         self.vector_bits = vector_bits
+        self.profile = profile
 
     def render(self, program: ir.Program) -> Source:
         if not isinstance(program, ir.Program):
             raise TypeError(f"the llvm renderer takes a LoopProgram, not {type(program).__name__}")
-        return LLVMSource(codegen.generate(program, self.vector_bits), program)
+        return LLVMSource(codegen.generate(program, self.vector_bits, profile=self.profile), program)
 
 
 class LLVMCompiler(Compiler):
@@ -96,7 +97,7 @@ class LLVMCompiler(Compiler):
             raise TypeError("the llvm compiler takes what the llvm renderer returns (LLVMSource)")
         return CompiledProgram(program, threads=int(options.get("threads", 0)),
                                cpu=options.get("cpu", "host"), opt_level=int(options.get("opt_level", 3)),
-                               ir_text=str(source))
+                               ir_text=str(source), profile=bool(options.get("profile", False)))
 
 
 class LLVMRuntime(HostRuntime):
@@ -124,4 +125,4 @@ def artifact_dtype(b: ir.Buffer) -> np.dtype:
 
 def create_backend(options: Mapping[str, Any]) -> Backend:
     caps = capabilities(options)
-    return Backend(caps, LLVMRenderer(caps.vector_bits), LLVMCompiler(), LLVMRuntime())
+    return Backend(caps, LLVMRenderer(caps.vector_bits, bool(options.get("profile", False))), LLVMCompiler(), LLVMRuntime())

@@ -85,12 +85,63 @@ class Symbols:
 SYMBOLS = Symbols()
 
 
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _kids(node: ir.Node):
+    """The child nodes of ``node`` (``loopir``'s traversal, with the field names cached)."""
+    names = _FIELDS.get(type(node))
+    if names is None:
+        import dataclasses
+
+        names = _FIELDS[type(node)] = tuple(f.name for f in dataclasses.fields(node))  # type: ignore[arg-type]
+    for name in names:
+        v = getattr(node, name)
+        if isinstance(v, ir.Node):
+            yield v
+        elif isinstance(v, tuple):
+            for x in v:
+                if isinstance(x, ir.Node):
+                    yield x
+
+
+def _walk(node: ir.Node):
+    """Every node below (and including) ``node``, pre-order (as ``ir.walk``)."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(reversed(list(_kids(n))))
+
+
+#: id(node) -> (node, names of every Var in it): the code generator asks "does this expression
+#: use a name of that set" thousands of times per program (cleared after each ``generate``)
+_NAMES: dict[int, tuple[ir.Node, frozenset]] = {}
+_EMPTY: frozenset = frozenset()
+
+
+def _var_names(node: ir.Node) -> frozenset:
+    hit = _NAMES.get(id(node))
+    if hit is not None and hit[0] is node:
+        return hit[1]
+    if isinstance(node, ir.Var):
+        out = frozenset((node.name,))
+    else:
+        out = _EMPTY
+        for k in _kids(node):
+            kn = _var_names(k)
+            if kn:
+                out = out | kn if out else kn
+    _NAMES[id(node)] = (node, out)
+    return out
+
+
 def _contains(node: ir.Node, pred) -> bool:
-    return any(pred(n) for n in ir.walk(node))
+    return any(pred(n) for n in _walk(node))
 
 
 def _uses_var(node: ir.Node, name: str) -> bool:
-    return _contains(node, lambda n: isinstance(n, ir.Var) and n.name == name)
+    return name in _var_names(node)
 
 
 def _needs_branch(e: ir.Expr) -> bool:
@@ -123,6 +174,48 @@ class _Module:
         self.g_threads = ll.GlobalVariable(self.m, ll.ArrayType(I64, MAX_THREADS), "cx_threads")
         self.g_threads.linkage = "internal"
         self.g_threads.initializer = ll.Constant(ll.ArrayType(I64, MAX_THREADS), None)
+        self.profile = False
+
+    def enable_profile(self) -> None:
+        """Profiling build: per-thread cycle counts at every barrier (see :func:`generate`)."""
+        self.profile = True
+        ev = ll.ArrayType(I64, MAX_THREADS * PROFILE_EVENTS * 2)
+        self.g_prof_events = ll.GlobalVariable(self.m, ev, "cx_prof_events")
+        self.g_prof_events.initializer = ll.Constant(ev, None)
+        cnt = ll.ArrayType(I32, MAX_THREADS * 16)  # one cache line per thread
+        self.g_prof_count = ll.GlobalVariable(self.m, cnt, "cx_prof_count")
+        self.g_prof_count.initializer = ll.Constant(cnt, None)
+        self.g_prof_count.align = 64
+        st = ll.ArrayType(I64, MAX_THREADS * 8)
+        self.g_prof_start = ll.GlobalVariable(self.m, st, "cx_prof_start")
+        self.g_prof_start.initializer = ll.Constant(st, None)
+        self.g_prof_start.align = 64
+        tick = ll.Function(self.m, ll.FunctionType(I64, []), "cx_prof_tick")  # for calibration
+        tb = ll.IRBuilder(tick.append_basic_block("entry"))
+        tb.ret(tb.call(self.decl("llvm.readcyclecounter", I64, []), []))
+
+    def prof_slot(self, b: ll.IRBuilder, g: ll.GlobalVariable, index: ll.Value, ty: ll.Type) -> ll.Value:
+        base = b.inttoptr(b.ptrtoint(g, I64), PTR)  # an untyped pointer (llvmlite types globals)
+        return b.gep(base, [index], inbounds=True, source_etype=ty)
+
+    def prof_start(self, b: ll.IRBuilder, tid: ll.Value) -> None:
+        """Thread ``tid`` starts a call: its start time."""
+        t = b.call(self.decl("llvm.readcyclecounter", I64, []), [])
+        b.store(t, self.prof_slot(b, self.g_prof_start, b.mul(tid, ll.Constant(I32, 8)), I64))
+
+    def prof_reset(self, b: ll.IRBuilder) -> None:
+        """Before a call is published (thread 0): every thread's event count to 0."""
+        for t in range(MAX_THREADS):
+            b.store(ll.Constant(I32, 0), self.prof_slot(b, self.g_prof_count, ll.Constant(I32, t * 16), I32))
+
+    def prof_record(self, b: ll.IRBuilder, tid: ll.Value, t0: ll.Value, t1: ll.Value) -> None:
+        slot = self.prof_slot(b, self.g_prof_count, b.mul(tid, ll.Constant(I32, 16)), I32)
+        k = b.load(slot, typ=I32)
+        k = b.select(b.icmp_signed("<", k, ll.Constant(I32, PROFILE_EVENTS - 1)), k, ll.Constant(I32, PROFILE_EVENTS - 1))
+        base = b.mul(b.add(b.mul(tid, ll.Constant(I32, PROFILE_EVENTS)), k), ll.Constant(I32, 2))
+        b.store(t0, self.prof_slot(b, self.g_prof_events, base, I64))
+        b.store(t1, self.prof_slot(b, self.g_prof_events, b.add(base, ll.Constant(I32, 1)), I64))
+        b.store(b.add(k, ll.Constant(I32, 1)), slot)
 
     def _global(self, name: str, ty: ll.Type, value: int | None = 0) -> ll.GlobalVariable:
         g = ll.GlobalVariable(self.m, ty, name)
@@ -144,6 +237,24 @@ class _Module:
             t = ll.VectorType(t, width)
             suffix = f"v{width}{suffix}"
         return self.decl(f"llvm.{name}.{suffix}", t, [t] * nargs)
+
+    def exp_f32_fn(self, ty: ll.VectorType) -> ll.Function:
+        """``cx_exp_v<W>f32``: the inline float32 exp polynomial (:meth:`_KernelGen.exp_f32`) as
+        one ``noinline`` function per vector width, called by every activation: a jammed level
+        has dozens of them, and one copy instead of one each keeps the IR (compile time) small;
+        the call costs a few cycles next to a node's 256-step reductions."""
+        name = f"cx_exp_v{ty.count}f32"
+        if name not in self.fns:
+            fn = ll.Function(self.m, ll.FunctionType(ty, [ty]), name)
+            fn.linkage = "internal"
+            fn.attributes.add("noinline")
+            fn.attributes.add("nounwind")
+            fn.attributes.add("readnone") if hasattr(fn.attributes, "add") else None
+            self.fns[name] = fn
+            gen = _HostExpr(ll.IRBuilder(fn.append_basic_block("entry")), {})
+            gen.mod = self
+            gen.b.ret(gen.exp_f32(fn.args[0]))
+        return self.fns[name]
 
     def pause(self, b: ll.IRBuilder) -> None:
         """A spin-wait hint (x86 ``pause``); nothing on other architectures."""
@@ -197,6 +308,7 @@ class _KernelGen:
         self.jam: _JamCtx | None = None  # set while emitting a group of jammed nodes
         self.jam_off = 0  # > 0 inside a reduction's body: no fusion across nodes there
         self.memo: dict = {}  # inside a jammed reduction loop: values shared by its nodes
+        self.compact = 0  # > 0: code that rarely runs (a jammed level's fallback): keep it small
 
     # ---------------------------------------------------------------- helpers
     def dtype(self, e: ir.Expr) -> str:
@@ -210,10 +322,10 @@ class _KernelGen:
 
     def splat(self, v: ll.Value, width: int) -> ll.Value:
         if isinstance(v, ll.Constant) and not _is_vec(v):
-            return ll.Constant(ll.VectorType(v.type, width), [v] * width)
+            return _splat_const(ll.VectorType(v.type, width), v)
         vt = ll.VectorType(v.type, width)
-        one = self.b.insert_element(ll.Constant(vt, ll.Undefined), v, ll.Constant(I32, 0))
-        return self.b.shuffle_vector(one, ll.Constant(vt, ll.Undefined), ll.Constant(ll.VectorType(I32, width), [0] * width))
+        one = self.b.insert_element(_splat_const(vt, None), v, ll.Constant(I32, 0))
+        return self.b.shuffle_vector(one, _splat_const(vt, None), _zero_mask(width))
 
     def match(self, *vals: ll.Value) -> list[ll.Value]:
         """Broadcast scalars when any operand is a vector (inside a vectorized loop)."""
@@ -225,11 +337,11 @@ class _KernelGen:
 
     def const_like(self, ty: ll.Type, value) -> ll.Constant:
         if isinstance(ty, ll.VectorType):
-            return ll.Constant(ty, [ll.Constant(ty.element, value)] * ty.count)
+            return _splat_const(ty, ll.Constant(ty.element, value))
         return ll.Constant(ty, value)
 
     def varying(self, e: ir.Node) -> bool:
-        return self.vec is not None and _contains(e, lambda n: isinstance(n, ir.Var) and n.name in self.vec.varying)
+        return self.vec is not None and not self.vec.varying.isdisjoint(_var_names(e))
 
     def load(self, name: str, index: tuple[ir.Expr, ...]) -> ll.Value:
         if self.varying(ir.Seq(()) if not index else _Idx(index)):
@@ -284,7 +396,7 @@ class _KernelGen:
         # general case: lane by lane (offsets computed as a vector)
         off, ty = self.flat_offset(name, index)
         b = self.b
-        out = ll.Constant(ll.VectorType(elem, w), ll.Undefined)
+        out = _splat_const(ll.VectorType(elem, w), None)
         if value is not None and not _is_vec(value):
             value = self.splat(value, w)
         for lane in range(w):
@@ -486,6 +598,8 @@ class _KernelGen:
 
     def exp(self, x: ll.Value, t: str) -> ll.Value:
         if t == "float32":
+            if _width(x) and EXP_OUTLINED and (self.compact or (self.jam is not None and self.jam.reduces_any)):
+                return self.b.call(self.mod.exp_f32_fn(x.type), [x])
             return self.exp_f32(x)
         return self.b.call(self.mod.intrinsic("exp", t, 1, _width(x)), [x])
 
@@ -553,7 +667,7 @@ class _KernelGen:
                 raise CodegenError("internal: jammed reduction outside a node copy")
             return self.jam_reduce(e, q)
         # Hoist a Select whose condition does not depend on the reduction variable: two loops.
-        for n in ir.walk(e.body):
+        for n in ([] if self.compact else _walk(e.body)):
             if isinstance(n, ir.Select) and not _uses_var(n.cond, e.var) and not _contains(
                     n.cond, lambda m: isinstance(m, ir.Reduce)) and self._bound(n.cond) and not self.varying(n.cond):
                 mapping_a = ir.transform(e.body, lambda m, n=n: n.a if m == n else None)
@@ -564,7 +678,7 @@ class _KernelGen:
 
     def _bound(self, cond: ir.Expr) -> bool:
         """Every variable of ``cond`` is bound here (not a let inside the reduce body)."""
-        return all(n.name in self.env for n in ir.walk(cond) if isinstance(n, ir.Var))
+        return all(n.name in self.env for n in _walk(cond) if isinstance(n, ir.Var))
 
     def combine(self, op: str, dt: str, acc: ll.Value, v: ll.Value) -> ll.Value:
         b = self.b
@@ -602,7 +716,8 @@ class _KernelGen:
         trip = None
         if ir.const_int(e.start) is not None and ir.const_int(e.stop) is not None:
             trip = ir.const_int(e.stop) - ir.const_int(e.start)
-        parts = 4 if (isinstance(ty, ll.VectorType) and e.op == "sum" and trip and trip % 4 == 0 and trip >= 8) else 1
+        parts = 4 if (isinstance(ty, ll.VectorType) and e.op == "sum" and trip and trip % 4 == 0 and trip >= 8
+                      and not self.compact) else 1
         pre = b.block
         body_bb, exit_bb = self.block(f"red_{e.var}"), self.block(f"red_{e.var}_end")
         b.cbranch(b.icmp_signed("<", lo, hi), body_bb, exit_bb)
@@ -629,7 +744,7 @@ class _KernelGen:
         i.add_incoming(i_next, end)
         for a, nxt in zip(accs, nxts):
             a.add_incoming(nxt, end)
-        self._loop_md(latch, "serial", None)
+        self._loop_md(latch, "compact" if self.compact else "serial", None)
         b.position_at_end(exit_bb)
         outs = []
         for nxt in nxts:
@@ -657,6 +772,8 @@ class _KernelGen:
                 props.append(m.add_metadata([ll.MetaDataString(m, "llvm.loop.vectorize.width"), ll.Constant(I32, width)]))
         elif kind == "unrolled":
             props.append(m.add_metadata([ll.MetaDataString(m, "llvm.loop.unroll.full")]))
+        elif kind == "compact":
+            props.append(m.add_metadata([ll.MetaDataString(m, "llvm.loop.unroll.disable")]))
         if not props:
             return
         self.loop_id += 1
@@ -687,7 +804,7 @@ class _KernelGen:
                 self.partitioned = False
             b.branch(done)
             b.position_at_end(done)
-            b.call(self.barrier_fn, [self.nth])
+            b.call(self.barrier_fn, [self.nth, self.tid])
             return
         if isinstance(s, ir.Store):
             self.store(s.buffer, s.index, self.expr(s.value))
@@ -746,7 +863,7 @@ class _KernelGen:
             if s.scope == "grid":
                 if self.partitioned:
                     raise CodegenError("a grid barrier inside a parallel loop cannot be reached by every thread")
-                b.call(self.barrier_fn, [self.nth])
+                b.call(self.barrier_fn, [self.nth, self.tid])
             return  # group barrier: a group runs on one thread, in order
         raise CodegenError(f"cannot generate code for statement {s!r}")
 
@@ -765,10 +882,13 @@ class _KernelGen:
         return _contains(s, lambda n: isinstance(n, ir.Alloc) and n.name == name)
 
     def jammed_node_loop(self, s: ir.For, conds: list, taken: ir.Stmt) -> None:
-        """``for v``: groups of JAM nodes whose guards all hold run ``taken`` together (every
-        reduction one loop for the group, so each weight load serves JAM nodes); the nodes left
-        over run in smaller groups (``JAM_TAIL``), the last few and a group with a failing guard
-        node by node, the plain body."""
+        """``for v``: groups of nodes whose guards all hold run ``taken`` together (every
+        reduction one loop for the group, so each weight load serves every node of it), in the
+        group sizes of ``JAM_STAGES`` (8, then 4, 2, 1 for what is left). A group with a failing
+        guard, and any nodes left after the last stage, run node by node through the plain body:
+        one copy shared by every stage (its range and the stage it returns to are phis), which
+        keeps the IR small (compile time)."""
+        b = self.b
         lo, hi = self.expr(s.start), self.expr(s.stop)
         plain = ir.For(s.var, s.start, s.stop, s.body, "serial")
         lets: list[tuple[str, ir.Expr]] = []
@@ -776,41 +896,66 @@ class _KernelGen:
         while isinstance(body, ir.Let):
             lets.append((body.var, body.value))
             body = body.body
-        v = lo
         pad = JAM_PAD and _no_self_reads(s.body, s.var)
-        sizes = (JAM, *JAM_TAIL)
-        for n, m in enumerate(sizes):
-            v = self._jam_groups(s, conds, taken, lets, plain, v, hi, m, pad and m > 1, n == len(sizes) - 1)
+        stages = [(m, least if pad else m) for m, least in JAM_STAGES]
+        plain_bb, out_bb = self.block("jam_plain"), self.block("jam_out")
+        p_lo, p_hi, p_ret = [], [], []  # (value, block) incoming for the plain path's phis
+        dones: list[tuple[ll.Block, ll.Instruction]] = []
+        v = lo
+        for n, (m, least) in enumerate(stages):
+            v = self._jam_groups(s, conds, taken, lets, v, hi, m, least, n, plain_bb, (p_lo, p_hi, p_ret), dones)
+        # nodes left after the last stage: the plain body up to hi, then out
+        p_lo.append((v, b.block))
+        p_hi.append((hi, b.block))
+        p_ret.append((ll.Constant(I32, -1), b.block))
+        b.branch(plain_bb)
+        b.position_at_end(plain_bb)
+        phis = []
+        for name, inc in (("plain_lo", p_lo), ("plain_hi", p_hi), ("plain_ret", p_ret)):
+            phi = b.phi(I32, name=name)
+            for val, bb in inc:
+                phi.add_incoming(val, bb)
+            phis.append(phi)
+        self.compact += 1  # the exception (a failing guard) or the last node or two: small code
+        try:
+            self._plain_range(plain, phis[0], phis[1])
+        finally:
+            self.compact -= 1
+        end = b.block
+        sw = b.switch(phis[2], out_bb)
+        for n, (done, nxt) in enumerate(dones):
+            sw.add_case(ll.Constant(I32, n), done)
+            nxt.add_incoming(phis[1], end)
+        b.position_at_end(out_bb)
         self.last_loop_synced = False
 
-    def _jam_groups(self, s: ir.For, conds: list, taken: ir.Stmt, lets: list, plain: ir.For,
-                    lo: ll.Value, hi: ll.Value, m: int, pad: bool = False, last: bool = False) -> ll.Value:
-        """Groups of ``m`` nodes from ``lo`` while ``m`` nodes remain before ``hi``; returns
-        the first node not done (the builder is positioned after the groups). With ``pad``,
-        groups run while at least two nodes remain: a short last group repeats its last node
-        (same inputs, same values stored to the same rows, so harmless when the body reads
-        nothing it stores), which costs about two single-node passes over the weights."""
+    def _jam_groups(self, s: ir.For, conds: list, taken: ir.Stmt, lets: list, lo: ll.Value, hi: ll.Value,
+                    m: int, least: int, stage: int, plain_bb: ll.Block, plain_in: tuple, dones: list) -> ll.Value:
+        """Groups of ``m`` nodes from ``lo`` while ``least`` (<= m) nodes remain before ``hi``;
+        returns the first node not done (the builder is positioned after the groups). With
+        ``least < m`` a short last group repeats its last node (same inputs, same values stored
+        to the same rows, so harmless when the body reads nothing it stores). A group with a
+        failing guard goes to ``plain_bb`` for its nodes and comes back (``dones[stage]``)."""
         b = self.b
+        pad = least < m
         pre = b.block
         head, group, single, one, done = (self.block(f"{n}{m}") for n in ("jam_head", "jam_group", "jam_single", "jam_one", "jam_done"))
         b.branch(head)
         b.position_at_end(head)
         v0 = b.phi(I32, name=f"{s.var}_jam{m}")
         v0.add_incoming(lo, pre)
+        room = b.icmp_signed("<=", b.add(v0, ll.Constant(I32, least)), hi)
         if pad:
-            room = b.icmp_signed("<", b.add(v0, ll.Constant(I32, 1)), hi)
-            last = b.sub(hi, ll.Constant(I32, 1))
-        else:
-            room = b.icmp_signed("<=", b.add(v0, ll.Constant(I32, m)), hi)
+            last_node = b.sub(hi, ll.Constant(I32, 1))
         check = self.block(f"jam_check{m}")
         b.cbranch(room, check, single)
         b.position_at_end(check)
         copies: list[dict[str, tuple]] = []
         ok = ll.Constant(I1, 1)
         for q in range(m):
-            vq = b.add(v0, ll.Constant(I32, q))
+            vq = b.add(v0, ll.Constant(I32, q)) if q else v0
             if pad and q:
-                vq = b.select(b.icmp_signed("<", vq, hi), vq, last)
+                vq = b.select(b.icmp_signed("<", vq, hi), vq, last_node)
             env = {s.var: (vq, ir.INT)}
             saved = {k: self.env.get(k) for k in env}
             self.env.update(env)
@@ -835,35 +980,30 @@ class _KernelGen:
             for name in copies[0]:
                 self.env.pop(name, None)
             self.jam = None
+        group_end = b.block
         b.branch(done)
-        # a group with a failing guard: its nodes one by one; after the last size, the same
-        # (one copy of the plain body) also runs the nodes left over, then leaves
+        # a group with a failing guard: its nodes one by one (the shared plain body)
         b.position_at_end(one)
         end = b.add(v0, ll.Constant(I32, m))
         if pad:
             end = b.select(b.icmp_signed("<", end, hi), end, hi)
-        if not last:
-            self._plain_range(plain, v0, end)
-            b.branch(done)
-        else:
-            plain_bb, out_bb = self.block(f"jam_plain{m}"), self.block(f"jam_out{m}")
-            b.branch(plain_bb)
-            b.position_at_end(single)
-            b.branch(plain_bb)
-            b.position_at_end(plain_bb)
-            p_hi, p_back = b.phi(I32), b.phi(I1)
-            p_hi.add_incoming(end, one)
-            p_hi.add_incoming(hi, single)
-            p_back.add_incoming(ll.Constant(I1, 1), one)
-            p_back.add_incoming(ll.Constant(I1, 0), single)
-            self._plain_range(plain, v0, p_hi)
-            b.cbranch(p_back, done, out_bb)
+        for inc, val in zip(plain_in, (v0, end, ll.Constant(I32, stage))):
+            inc.append((val, one))
+        b.branch(plain_bb)
         b.position_at_end(done)
-        nxt = b.add(v0, ll.Constant(I32, m))
+        nxt = b.phi(I32, name=f"{s.var}_next{m}")
+        nxt.add_incoming(self._after(group_end, v0, m), group_end)
+        dones.append((done, nxt))
         v0.add_incoming(nxt, done)
         b.branch(head)
-        b.position_at_end(out_bb if last else single)
+        b.position_at_end(single)
         return v0
+
+    def _after(self, block: ll.Block, v0: ll.Value, m: int) -> ll.Value:
+        """``v0 + m`` computed at the end of ``block`` (before its terminator)."""
+        b = ll.IRBuilder(block)
+        b.position_before(block.terminator)
+        return b.add(v0, ll.Constant(I32, m))
 
     def _plain_range(self, loop: ir.For, lo: ll.Value, hi: ll.Value) -> None:
         """``loop``'s body for ``lo <= var < hi`` (values already computed)."""
@@ -885,11 +1025,11 @@ class _KernelGen:
     def _per_node(self, e: ir.Node) -> bool:
         """Does ``e`` use a name whose value differs between the jammed nodes?"""
         c0 = self.jam.copies[0]
-        return _contains(e, lambda n: isinstance(n, ir.Var) and n.name in self.jam.names and n.name in c0 and any(
-            c[n.name][0] is not c0[n.name][0] for c in self.jam.copies))
+        return any(name in self.jam.names and name in c0 and any(c[name][0] is not c0[name][0] for c in self.jam.copies)
+                   for name in _var_names(e))
 
     def jam_dep(self, e: ir.Node) -> bool:
-        return _contains(e, lambda n: isinstance(n, ir.Var) and n.name in self.jam.names)
+        return not self.jam.names.isdisjoint(_var_names(e))
 
     def jam_stmt(self, s: ir.Stmt) -> None:
         """A statement for every jammed node (node-dependent parts once per node)."""
@@ -951,19 +1091,19 @@ class _KernelGen:
             return []
         cands: list[tuple[int, int, ir.Reduce, ir.Reduce]] = []
         bound = set(self.env) | set(self.jam.copies[0])
-        mine = {m for m in ir.walk(e.body) if isinstance(m, ir.Load)}
-        for r in ir.walk(self.jam.body):
+        mine = {m for m in _walk(e.body) if isinstance(m, ir.Load)}
+        for r in _walk(self.jam.body):
             if not isinstance(r, ir.Reduce) or r == e or r in self.jam.reduces:
                 continue
             if (r.start, r.stop, r.op) != (e.start, e.stop, e.op) or any(r == c[2] for c in cands):
                 continue
             if _contains(r.body, lambda m: isinstance(m, ir.Reduce)) or not self.jam_dep(r.body):
                 continue
-            names = {m.name for m in ir.walk(r.body) if isinstance(m, ir.Var)} - {r.var}
+            names = {m.name for m in _walk(r.body) if isinstance(m, ir.Var)} - {r.var}
             if not names <= bound or e.var in names:
                 continue
             body = ir.transform(r.body, lambda m, r=r: ir.Var(e.var) if isinstance(m, ir.Var) and m.name == r.var else None)
-            shared = len(mine & {m for m in ir.walk(body) if isinstance(m, ir.Load)})
+            shared = len(mine & {m for m in _walk(body) if isinstance(m, ir.Load)})
             cands.append((-shared, len(cands), r, ir.Reduce(r.op, e.var, r.start, r.stop, body)))
         cands.sort(key=lambda c: c[:2])
         return [(r, renamed) for _, _, r, renamed in cands[:room]]
@@ -993,26 +1133,33 @@ class _KernelGen:
         for (_, _, _, init, _), row in zip(specs, accs):
             for a in row:
                 a.add_incoming(init, pre)
-        self.env[e.var] = (i, ir.INT)
-        nxts: list[list] = [[] for _ in specs]
+        # JAM_UNROLL iterations per trip when the trip count allows (LLVM's unroller is off)
+        lo_c, hi_c = ir.const_int(e.start), ir.const_int(e.stop)
+        unroll = JAM_UNROLL if (lo_c is not None and hi_c is not None and hi_c > lo_c
+                                and (hi_c - lo_c) % JAM_UNROLL == 0) else 1
+        nxts: list[list] = [list(row) for row in accs]
         self.jam_off += 1
         try:
-            # a product's node-independent factor (the weight load) is emitted once, not per node
-            for r, _, _, _, _ in specs:
-                if isinstance(r.body, ir.BinOp) and r.body.op == "*":
-                    for x, y in ((r.body.a, r.body.b), (r.body.b, r.body.a)):
-                        if x not in self.memo and not self._per_node(x) and self._per_node(y):
-                            self.memo[x] = self.expr(x)
-                            break
-            for k in range(n):
-                self.jam_switch(k)
-                for g, (r, dt, _, _, _) in enumerate(specs):
-                    nxts[g].append(self.combine(r.op, dt, accs[g][k], self.expr(r.body)))
+            for u in range(unroll):
+                iu = i if u == 0 else b.add(i, ll.Constant(I32, u), flags=["nsw"])
+                self.env[e.var] = (iu, ir.INT)
+                self.memo.clear()
+                # a product's node-independent factor (the weight load) is emitted once, not per node
+                for r, _, _, _, _ in specs:
+                    if isinstance(r.body, ir.BinOp) and r.body.op == "*":
+                        for x, y in ((r.body.a, r.body.b), (r.body.b, r.body.a)):
+                            if x not in self.memo and not self._per_node(x) and self._per_node(y):
+                                self.memo[x] = self.expr(x)
+                                break
+                for k in range(n):
+                    self.jam_switch(k)
+                    for g, (r, dt, _, _, _) in enumerate(specs):
+                        nxts[g][k] = self.combine(r.op, dt, nxts[g][k], self.expr(r.body))
         finally:
             del self.env[e.var]
             self.memo.clear()
             self.jam_off -= 1
-        i_next = b.add(i, ll.Constant(I32, 1), flags=["nsw"])
+        i_next = b.add(i, ll.Constant(I32, unroll), flags=["nsw"])
         end = b.block
         b.cbranch(b.icmp_signed("<", i_next, hi), body_bb, exit_bb)
         i.add_incoming(i_next, end)
@@ -1100,7 +1247,7 @@ class _KernelGen:
         self._loop_md(latch, s.kind, width)
         b.position_at_end(exit_bb)
         if split:  # fork-join semantics of a CPU parallel loop (as OpenMP's implicit barrier)
-            b.call(self.barrier_fn, [self.nth])
+            b.call(self.barrier_fn, [self.nth, self.tid])
         self.last_loop_synced = split
 
     def emit(self) -> ll.Function:
@@ -1108,6 +1255,36 @@ class _KernelGen:
         self.b.ret_void()
         self.entry_builder.branch(self.fn.basic_blocks[1])  # allocas first, then the body
         return self.fn
+
+
+class _SplatConst(ll.Constant):
+    """A vector constant with every lane equal (or undef), printed in LLVM's short form
+    ``splat (float 1.0)`` / ``undef``: llvmlite writes every lane out, which for 16-lane
+    vectors made most of the IR text and of its formatting and parsing time."""
+
+    def __init__(self, ty: ll.VectorType, elem: ll.Constant | None) -> None:  # noqa: D107
+        self.type = ty
+        self.constant = elem
+
+    def _get_reference(self) -> str:
+        if self.constant is None:
+            return "undef"
+        return f"splat ({self.constant.type} {self.constant.get_reference()})"
+
+
+def _splat_const(ty: ll.VectorType, elem: ll.Constant | None) -> ll.Constant:
+    """``ty`` with every lane ``elem`` (None: undef)."""
+    return _SplatConst(ty, elem)
+
+
+_ZERO_MASKS: dict[int, ll.Constant] = {}
+
+
+def _zero_mask(width: int) -> ll.Constant:
+    """The all-zero shuffle mask (a broadcast), one object per width (its text is cached)."""
+    if width not in _ZERO_MASKS:
+        _ZERO_MASKS[width] = ll.Constant(ll.VectorType(I32, width), [0] * width)
+    return _ZERO_MASKS[width]
 
 
 def _is_vec(v: ll.Value) -> bool:
@@ -1137,7 +1314,7 @@ class _VecCtx:
         self.let_ir: dict[str, ir.Expr] = let_ir
 
     def _varies(self, e: ir.Node) -> bool:
-        return _contains(e, lambda n: isinstance(n, ir.Var) and n.name in self.varying)
+        return not self.varying.isdisjoint(_var_names(e))
 
     def lane0(self, e: ir.Expr) -> ir.Expr:
         """``e`` for the first lane, written with uniform names only."""
@@ -1260,10 +1437,10 @@ def _rows_independent(inner: ir.For, node: str) -> bool:
     row other than ``node`` (another node: a child, done at an earlier level) or exactly the
     element the same iteration stores."""
     derived = {inner.var}
-    for n in ir.walk(inner.body):
+    for n in _walk(inner.body):
         if isinstance(n, ir.Let) and _contains(n.value, lambda m: isinstance(m, ir.Var) and m.name in derived):
             derived.add(n.var)
-    stores = [n for n in ir.walk(inner.body) if isinstance(n, ir.Store)]
+    stores = [n for n in _walk(inner.body) if isinstance(n, ir.Store)]
     if not stores:
         return False
     written: dict[str, set] = {}
@@ -1273,7 +1450,7 @@ def _rows_independent(inner: ir.For, node: str) -> bool:
         if not _contains(_Idx(st.index), lambda m: isinstance(m, ir.Var) and m.name in derived):
             return False
         written.setdefault(st.buffer, set()).add(st.index)
-    for ld in ir.walk(inner.body):
+    for ld in _walk(inner.body):
         if isinstance(ld, ir.Load) and ld.buffer in written:
             if ld.index and ld.index[0] == ir.Var(node) and ld.index not in written[ld.buffer]:
                 return False
@@ -1296,12 +1473,12 @@ def vector_width(loop: ir.For) -> int:
     def varies(e: ir.Node) -> bool:
         return _contains(e, lambda n: isinstance(n, ir.Var) and n.name in varying)
 
-    for n in ir.walk(loop.body):
+    for n in _walk(loop.body):
         if isinstance(n, (ir.For, ir.Alloc, ir.Barrier)):
             return 0
         if isinstance(n, ir.Let) and varies(n.value):
             varying.add(n.var)
-    for n in ir.walk(loop.body):
+    for n in _walk(loop.body):
         if isinstance(n, ir.If) and varies(n.cond):
             return 0
         if isinstance(n, ir.Select) and varies(n.cond) and (_needs_branch(n.a) or _needs_branch(n.b)):
@@ -1322,8 +1499,13 @@ class _JamFor(ir.For):
 
 
 JAM = 8  # nodes computed together: one weight vector load feeds JAM FMAs
-JAM_TAIL: tuple[int, ...] = ()  # smaller groups for the nodes left over (then node by node)
+#: (group size, fewest nodes left that run it) in order; a group run with fewer nodes left than
+#: its size repeats its last node (only when JAM_PAD and the body reads nothing it stores, else
+#: a group needs its size); the nodes left after the last stage run one by one.
+JAM_STAGES: tuple[tuple[int, int], ...] = ((JAM, 6), (4, 3), (2, 2), (1, 1))
 FUSE_ACCS = 24  # a jammed reduction loop takes sibling reductions up to this many accumulators
+EXP_OUTLINED = True  # vector float32 exp: one noinline function per width (see _Module.exp_f32_fn)
+JAM_UNROLL = 2  # iterations of a jammed reduction loop per trip (constant trip counts)
 JAM_PAD = True  # a short last group repeats its last node (when the body reads nothing it stores)
 
 
@@ -1332,14 +1514,14 @@ def _no_self_reads(body: ir.Stmt, node: str) -> bool:
     computing a node twice stores the same values twice. Other rows of a stored buffer are
     other nodes' (children, done at earlier levels: the level's nodes are independent)."""
     own = {node}
-    for n in ir.walk(body):
+    for n in _walk(body):
         if isinstance(n, ir.Let) and isinstance(n.value, ir.Var) and n.value.name in own:
             own.add(n.var)
     stored: dict[str, set] = {}
-    for n in ir.walk(body):
+    for n in _walk(body):
         if isinstance(n, ir.Store):
             stored.setdefault(n.buffer, set()).add(n.index)
-    for n in ir.walk(body):
+    for n in _walk(body):
         if isinstance(n, ir.Load) and n.buffer in stored:
             if n.index in stored[n.buffer] or (n.index and _contains(
                     n.index[0], lambda m: isinstance(m, ir.Var) and m.name in own)):
@@ -1357,6 +1539,9 @@ class _JamCtx:
         self.reduces: dict = {}
         self.body = body  # the jammed statement (for fusing reductions)
         self.reorder_ok = reorder_ok  # it reads nothing it stores: reductions may run early
+        # a body with reductions calls the outlined exp (next to its reductions a call is
+        # cheap); one without (the leaves) keeps it inline
+        self.reduces_any = body is not None and _contains(body, lambda n: isinstance(n, ir.Reduce))
 
 
 def jam_plan(loop: ir.For) -> tuple[list, ir.Stmt] | None:
@@ -1372,14 +1557,14 @@ def jam_plan(loop: ir.For) -> tuple[list, ir.Stmt] | None:
         return None
     let_names = {n for n, _ in lets}
     conds = []
-    for n in ir.walk(body):
+    for n in _walk(body):
         if isinstance(n, ir.Select) and _needs_branch(n.a) and not _needs_branch(n.b):
-            names = {m.name for m in ir.walk(n.cond) if isinstance(m, ir.Var)}
+            names = {m.name for m in _walk(n.cond) if isinstance(m, ir.Var)}
             if names and names <= let_names and not _contains(n.cond, lambda m: isinstance(m, (ir.Load, ir.Reduce))):
                 if n.cond not in conds:
                     conds.append(n.cond)
     taken = ir.transform(body, lambda m: m.a if isinstance(m, ir.Select) and m.cond in conds else None)
-    for n in ir.walk(taken):
+    for n in _walk(taken):
         if isinstance(n, (ir.If, ir.Alloc, ir.Barrier)):
             return None
         if isinstance(n, ir.Select) and (_needs_branch(n.a) or _needs_branch(n.b)):
@@ -1404,9 +1589,10 @@ class _LoopMD:
 
 
 def _emit_barrier(mod: _Module) -> ll.Function:
-    """``cx_barrier(nthreads)``: counter + generation spin barrier for the whole team."""
+    """``cx_barrier(nthreads, tid)``: counter + generation spin barrier for the whole team (with
+    ``profile``, wrapped by a function that records when thread ``tid`` arrived and left)."""
     m = mod.m
-    fn = ll.Function(m, ll.FunctionType(VOID, [I32]), "cx_barrier")
+    fn = ll.Function(m, ll.FunctionType(VOID, [I32, I32]), "cx_barrier_wait" if mod.profile else "cx_barrier")
     fn.linkage = "internal"
     fn.attributes.add("nounwind")
     nth = fn.args[0]
@@ -1444,6 +1630,28 @@ def _emit_barrier(mod: _Module) -> ll.Function:
     b.branch(wait)
     b.position_at_end(done)
     b.ret_void()
+    if mod.profile:
+        return _emit_profiled_barrier(mod, fn)
+    return fn
+
+
+PROFILE_EVENTS = 512  # barriers recorded per thread and call (profiling builds)
+
+
+def _emit_profiled_barrier(mod: _Module, wait: ll.Function) -> ll.Function:
+    """``cx_barrier(nthreads, tid)`` of a profiling build: the cycle counter when ``tid``
+    arrives and when it leaves, appended to its row of ``cx_prof_events``."""
+    fn = ll.Function(mod.m, ll.FunctionType(VOID, [I32, I32]), "cx_barrier")
+    fn.linkage = "internal"
+    fn.attributes.add("nounwind")
+    nth, tid = fn.args
+    b = ll.IRBuilder(fn.append_basic_block("entry"))
+    rdtsc = mod.decl("llvm.readcyclecounter", I64, [])
+    t0 = b.call(rdtsc, [])
+    b.call(wait, [nth, tid])
+    t1 = b.call(rdtsc, [])
+    mod.prof_record(b, tid, t0, t1)
+    b.ret_void()
     return fn
 
 
@@ -1475,7 +1683,7 @@ def _emit_spmd(mod: _Module, kernels: dict[str, ll.Function], barrier: ll.Functi
                     raise CodegenError(f"launch of {k.name} with {len(st.args)} args; it takes {len(k.params)}")
                 args = ptrs + [sizes[s.name] for s in p.sizes] + [host_expr(a) for a in st.args] + [tid, nth]
                 b.call(kernels[st.kernel], args)
-                b.call(barrier, [nth])
+                b.call(barrier, [nth, tid])
             elif isinstance(st, ir.HostFor):
                 lo, hi = host_expr(st.start), host_expr(st.stop)
                 pre = b.block
@@ -1495,7 +1703,7 @@ def _emit_spmd(mod: _Module, kernels: dict[str, ll.Function], barrier: ll.Functi
                 raise CodegenError(f"unknown host step {st!r}")
 
     steps(p.host)
-    b.call(barrier, [nth])
+    b.call(barrier, [nth, tid])
     b.ret_void()
     return fn
 
@@ -1568,6 +1776,8 @@ def _emit_team(mod: _Module, spmd: ll.Function) -> None:
     stop = b.load_atomic(mod.g_stop, "acquire", 4, typ=I32)
     b.cbranch(b.icmp_signed("!=", stop, ll.Constant(I32, 0)), quit_, work)
     b.position_at_end(work)
+    if mod.profile:
+        mod.prof_start(b, tid)
     bufs = b.load(mod.g_bufs, typ=PTR)
     sizes = b.load(mod.g_sizes, typ=PTR)
     nth = b.load(mod.g_nth, typ=I32)
@@ -1583,6 +1793,9 @@ def _emit_team(mod: _Module, spmd: ll.Function) -> None:
     b.store(run.args[0], mod.g_bufs)
     b.store(run.args[1], mod.g_sizes)
     nth = b.load(mod.g_nth, typ=I32)
+    if mod.profile:
+        mod.prof_reset(b)
+        mod.prof_start(b, ll.Constant(I32, 0))
     b.atomic_rmw("add", mod.g_gen, ll.Constant(I32, 1), "seq_cst")
     b.call(spmd, [run.args[0], run.args[1], ll.Constant(I32, 0), nth])
     b.ret_void()
@@ -1630,12 +1843,25 @@ def _emit_team(mod: _Module, spmd: ll.Function) -> None:
     b.ret_void()
 
 
-def generate(program: ir.Program, vector_bits: int = 0) -> str:
+def generate(program: ir.Program, vector_bits: int = 0, profile: bool = False) -> str:
     """LLVM IR text for ``program`` exporting ``cx_run``, ``cx_start`` and ``cx_stop``.
 
     ``vector_bits`` (the target's SIMD width) lets LLVM use full-width vectors (zmm on
-    AVX-512) instead of its default preference for 256-bit ones."""
+    AVX-512) instead of its default preference for 256-bit ones. ``profile`` builds a program
+    that records the cycle counter (``llvm.readcyclecounter``) when each thread starts a call
+    (``cx_prof_start[8 * tid]``) and when it arrives at and leaves each barrier
+    (``cx_prof_events[tid, k, 0:2]``, ``cx_prof_count[16 * tid]`` events), with
+    ``cx_prof_tick()`` to read the counter: see :meth:`CompiledProgram.profile`."""
     mod = _Module(program, vector_bits)
+    if profile:
+        mod.enable_profile()
+    try:
+        return _generate(mod, program, vector_bits)
+    finally:
+        _NAMES.clear()
+
+
+def _generate(mod: "_Module", program: ir.Program, vector_bits: int) -> str:
     mod.loop_mds = []
     barrier = _emit_barrier(mod)
     kernels = {k.name: _KernelGen(mod, k, barrier).emit() for k in program.kernels}
@@ -1658,11 +1884,17 @@ def _patch_loop_md(text: str, nodes: list[_LoopMD]) -> str:
     """Turn each placeholder ``!N = !{!"cxloop_...", props...}`` into ``distinct !{!N, props...}``."""
     import re
 
-    for node in nodes:
-        pat = re.compile(r'^(!\d+) = !\{!"' + re.escape(node.tag) + r'"(.*)\}$', re.M)
-        mobj = pat.search(text)
-        if mobj is None:
-            continue
-        ref, rest = mobj.group(1), mobj.group(2)
-        text = text[:mobj.start()] + f"{ref} = distinct !{{{ref}{rest}}}" + text[mobj.end():]
-    return text
+    if not nodes:
+        return text
+    tags = {node.tag for node in nodes}
+
+    def fix(mobj: re.Match) -> str:
+        ref, tag, rest = mobj.group(1), mobj.group(2), mobj.group(3)
+        if tag not in tags:
+            return mobj.group(0)
+        return f"{ref} = distinct !{{{ref}{rest}}}"
+
+    # one pass over the metadata at the end of the module (not one search per node)
+    start = text.find("\n!")
+    head, tail = (text, "") if start < 0 else (text[:start], text[start:])
+    return head + re.sub(r'^(!\d+) = !\{!"(cxloop_[^"]*)"(.*)\}$', fix, tail, flags=re.M)

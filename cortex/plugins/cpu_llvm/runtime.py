@@ -57,7 +57,7 @@ class CompiledProgram:
     """A LoopProgram compiled to native code, with its worker threads."""
 
     def __init__(self, program: ir.Program, *, threads: int = 0, cpu: str = "host",
-                 opt_level: int = 3, ir_text: str | None = None) -> None:
+                 opt_level: int = 3, ir_text: str | None = None, profile: bool = False) -> None:
         if threads < 0:
             raise ValueError(f"threads must be >= 0 (0 = every usable CPU), got {threads}")
         if threads > codegen.MAX_THREADS:
@@ -65,7 +65,9 @@ class CompiledProgram:
         self.program = program
         self.threads = threads or usable_cpus()
         self.cpu = cpu
-        self.ir = ir_text if ir_text is not None else codegen.generate(program, cpu_info(cpu).vector_bits)
+        self.profiling = profile
+        self.ir = ir_text if ir_text is not None else codegen.generate(program, cpu_info(cpu).vector_bits,
+                                                                        profile=profile)
         self.jit = JitModule(self.ir, cpu=cpu, opt_level=opt_level)
         self._run = _RUN(self.jit.address(codegen.SYMBOLS.run))
         start = _START(self.jit.address(codegen.SYMBOLS.start))
@@ -88,6 +90,52 @@ class CompiledProgram:
     def close(self) -> None:
         """Stop and join the worker threads now (also done when the object is collected)."""
         self._finalizer()
+
+    # ---------------------------------------------------------------- profiling builds
+    def profile(self) -> dict:
+        """What the last call of a profiling build (``profile=True``) recorded, in microseconds
+        from the call's start (thread 0 entering ``cx_run``): per thread, its start and, per
+        barrier, ``(arrive, leave)``. ``compute[t][k]`` is the time thread ``t`` worked before
+        barrier ``k`` (since it left the previous one, or started), ``wait[t][k]`` the time it
+        waited in it; with the TreeLSTM's single kernel, barrier 0 ends the leaves, barrier
+        ``l`` level ``l``, and the last two end the launch and the call."""
+        if not self.profiling:
+            raise RuntimeError("profile() needs a program compiled with profile=True")
+        ghz = self._tick_ghz()
+        eng = self.jit.engine
+        n = self.threads
+        cnt = (ctypes.c_int32 * (codegen.MAX_THREADS * 16)).from_address(eng.get_global_value_address("cx_prof_count"))
+        st = (ctypes.c_int64 * (codegen.MAX_THREADS * 8)).from_address(eng.get_global_value_address("cx_prof_start"))
+        ev = np.ctypeslib.as_array((ctypes.c_int64 * (codegen.MAX_THREADS * codegen.PROFILE_EVENTS * 2)).from_address(
+            eng.get_global_value_address("cx_prof_events"))).reshape(codegen.MAX_THREADS, codegen.PROFILE_EVENTS, 2)
+        t0 = st[0]
+        out: dict = {"start": [], "events": [], "compute": [], "wait": []}
+        for t in range(n):
+            k = cnt[16 * t]
+            e = (ev[t, :k].astype(np.float64) - t0) / (ghz * 1e3)
+            start = (st[8 * t] - t0) / (ghz * 1e3)
+            # a worker may record leaving the previous call's last barrier after thread 0 has
+            # reset the counts for this call: drop what happened before its start
+            e = e[e[:, 0] >= start] if k else e
+            k = len(e)
+            prev = np.concatenate(([start], e[:-1, 1])) if k else np.zeros(0)
+            out["start"].append(start)
+            out["events"].append(e)
+            out["compute"].append(e[:, 0] - prev if k else np.zeros(0))
+            out["wait"].append(e[:, 1] - e[:, 0] if k else np.zeros(0))
+        return out
+
+    def _tick_ghz(self) -> float:
+        """Cycle-counter ticks per nanosecond (the TSC rate), measured once."""
+        if getattr(self, "_ghz", None) is None:
+            import time
+
+            tick = ctypes.CFUNCTYPE(ctypes.c_int64)(self.jit.address("cx_prof_tick"))
+            a, ta = tick(), time.perf_counter_ns()
+            time.sleep(0.05)
+            b, tb = tick(), time.perf_counter_ns()
+            self._ghz = (b - a) / (tb - ta)
+        return self._ghz
 
     # ---------------------------------------------------------------- calls
     def launch(self, arrays: list[np.ndarray] | tuple[np.ndarray, ...], sizes: list[int] | tuple[int, ...]) -> None:

@@ -1,0 +1,66 @@
+"""Where the time of one ``llvm`` call goes: per level and per thread, work vs barrier wait.
+
+Compiles the zoo's TreeLSTM (vocab 20000, embed = hidden) for target ``llvm`` with
+``profile=True`` (a build that reads the cycle counter at every barrier, see
+``cortex.plugins.cpu_llvm.codegen.generate``), runs it on the benchmark's parse-like trees and
+prints, for the median call of ``--reps``, each level's node count and, per thread, the time it
+computed before the level's barrier and the time it waited there (microseconds).
+
+Usage::
+
+    python tools/llvm_profile.py --batch 1 --hidden 256 [--threads 2] [--reps 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def main(argv: list[str] | None = None) -> None:
+    import cortex
+    from benchmarks.common import make_trees
+    from cortex.models import TreeLSTM
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--reps", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args(argv)
+    model = TreeLSTM(vocab=20000, embed=a.hidden, hidden=a.hidden)
+    exe = cortex.compile(model, target="llvm", threads=a.threads, profile=True)
+    trees = make_trees(a.seed, a.batch, 20, 40, 20000)
+    lin = exe.linearize(trees)
+    offs = np.diff(np.asarray(lin.level_offsets)) if hasattr(lin, "level_offsets") else None
+    prog = exe.artifact
+    runs = []
+    for _ in range(a.reps):
+        exe.run(lin)
+        p = prog.profile()
+        runs.append((p["events"][0][-1, 1] if len(p["events"][0]) else 0.0, p))
+    runs.sort(key=lambda r: r[0])
+    total, p = runs[len(runs) // 2]
+    nth = len(p["compute"])
+    print(f"batch {a.batch}: {lin.num_nodes} nodes, {lin.num_levels} levels, {nth} threads; "
+          f"median call {total:.1f} us (min {runs[0][0]:.1f})")
+    print("starts (us): " + " ".join(f"t{t}={p['start'][t]:.1f}" for t in range(nth)))
+    head = "barrier  nodes " + " ".join(f"  t{t} work   t{t} wait" for t in range(nth))
+    print(head)
+    for k in range(len(p["compute"][0])):
+        nodes = int(offs[k]) if offs is not None and k < len(offs) else ""
+        row = " ".join(f"{p['compute'][t][k]:8.1f} {p['wait'][t][k]:8.1f}" for t in range(nth)
+                       if k < len(p["compute"][t]))
+        print(f"{k:7d} {str(nodes):>6} {row}")
+    print("sum    " + " " * 7 + " ".join(f"{p['compute'][t].sum():8.1f} {p['wait'][t].sum():8.1f}"
+                                          for t in range(nth)))
+
+
+if __name__ == "__main__":
+    main()
