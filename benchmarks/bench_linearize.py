@@ -7,6 +7,12 @@ cache off and on; each timing is the median (and min) of many repeats. The peer,
 the same run, is the obvious per-node Python level-batching schedule (recursive heights, a dict
 of levels, per-level NumPy index arrays), so the ratios survive a noisy machine.
 
+A second section, ``treelstm_nested``, times the call-path case of the TreeLSTM benchmark
+(``bench_treelstm.py``): nested int tuples of 20-40 leaves (the shapes of
+``benchmarks.common.make_trees(0, b, 20, 40, 20000)``), batch 1 and batch 10, linearized the way
+``exe(trees)`` does (``arity=2, vocab_size=20000``), cache off; its bars are b1 <= 50 us and
+b10 <= 250 us.
+
 Usage: ``python benchmarks/bench_linearize.py [--repeats 300] [--quick]``
 """
 
@@ -31,9 +37,11 @@ from cortex.data import Vocabulary, example_snippets
 
 
 # ------------------------------------------------------------------ workload
-def parse_like_tree(rng: random.Random, leaves: int) -> Any:
-    """A random binary bracketing of ``leaves`` word ids (nested tuples, int leaves)."""
-    nodes: list[Any] = [rng.randrange(1, 1000) for _ in range(leaves)]
+def parse_like_tree(rng: random.Random, leaves: int, vocab: int | None = None) -> Any:
+    """A random binary bracketing of ``leaves`` word ids (nested tuples, int leaves): ids in
+    ``[1, 1000)``, or in ``[0, vocab)`` as ``benchmarks.common.parse_like_tree`` draws them."""
+    nodes: list[Any] = [rng.randrange(1, 1000) if vocab is None else rng.randrange(vocab)
+                        for _ in range(leaves)]
     while len(nodes) > 1:
         i = rng.randrange(len(nodes) - 1)
         nodes[i : i + 2] = [(nodes[i], nodes[i + 1])]
@@ -215,6 +223,19 @@ def main() -> None:
         linearize(many, cache=False)
         big["batch_1000_parent_arrays_ms"] = round((time.perf_counter() - t0) * 1e3, 1)
 
+    # the TreeLSTM call path: nested int tuples, batch 1 and 10, checked against the model
+    treelstm: dict[str, Any] = {}
+    set_cache(False)
+    for b in (1, 10):
+        trng = random.Random(0)
+        batch = [parse_like_tree(trng, trng.randint(20, 40), 20000) for _ in range(b)]  # make_trees
+        lin = linearize(batch, arity=2, vocab_size=20000, cache=False)
+        t = measure(lambda: linearize(batch, arity=2, vocab_size=20000), repeats)
+        treelstm[f"b{b}"] = {"nodes": lin.num_nodes, "levels": lin.num_levels,
+                             "us_per_batch": round(t["median_us"], 1),
+                             "us_per_batch_min": round(t["min_us"], 1)}
+    set_cache(True)
+
     array_forms = ("parent_arrays", "child_tables")
     python_forms = ("nested_tuples", "sexpr_strings")
     report = {
@@ -228,12 +249,16 @@ def main() -> None:
             "us_per_batch": round(peer["median_us"], 1),
             "us_per_node": round(peer["median_us"] / nodes_per_form["nested_tuples"], 3)},
         "forms": results,
+        "treelstm_nested": treelstm,
         "big": big,
         "bars": {
             "array_forms_batch_us_le_100": {
                 f: results[f]["cache_off"]["us_per_batch"] <= 100 for f in array_forms},
             "python_forms_us_per_node_le_2": {
                 f: results[f]["cache_off"]["us_per_node"] <= 2 for f in python_forms},
+            "treelstm_nested_b1_us_le_50_b10_us_le_250": {
+                "b1": treelstm["b1"]["us_per_batch"] <= 50,
+                "b10": treelstm["b10"]["us_per_batch"] <= 250},
         },
     }
     json.dump(report, sys.stdout, indent=2)

@@ -24,4 +24,7 @@ def test_benchmark_prints_json(monkeypatch: pytest.MonkeyPatch,
         row = report["forms"][form]
         for cache in ("cache_off", "cache_on"):
             assert row[cache]["us_per_node"] > 0 and row[cache]["ratio_to_peer"] > 0
-    assert set(report["bars"]) == {"array_forms_batch_us_le_100", "python_forms_us_per_node_le_2"}
+    assert set(report["bars"]) == {"array_forms_batch_us_le_100", "python_forms_us_per_node_le_2",
+                                   "treelstm_nested_b1_us_le_50_b10_us_le_250"}
+    for b in ("b1", "b10"):
+        assert report["treelstm_nested"][b]["us_per_batch"] > 0
