@@ -19,5 +19,7 @@ from cortex.plugins.opencl.runtime import OpenCLRuntime
 
 def create_backend(options: Mapping[str, Any]) -> Backend:
     device = device_for(str(options.get("device", "")))
-    renderer = OpenCLRenderer(fast_math=bool(options.get("fast_math", True)))
+    info = device.info
+    renderer = OpenCLRenderer(fast_math=bool(options.get("fast_math", True)), float_lanes=info.native_float_lanes,
+                              clang_cpu=info.kind == "CPU" and "portable computing language" in info.platform.lower())
     return Backend(capabilities(device.info), renderer, OpenCLCompiler(device), OpenCLRuntime(device))

@@ -32,7 +32,7 @@ from cortex.plugins.opencl.device import Device
 from cortex.plugins.opencl.runtime import FORMS, CompiledProgram
 
 #: Changes whenever the generated code or build flags change for the same program.
-CODEGEN_REVISION = "3"
+CODEGEN_REVISION = "4"
 #: With ``fast_math`` (the default): let the driver reassociate float sums, so a GEMV row's dot
 #: product vectorizes (without it each dot product is one serial chain of dependent adds).
 FAST_MATH_OPTIONS: tuple[str, ...] = ("-cl-unsafe-math-optimizations",)
@@ -95,7 +95,20 @@ class _VectorRenderer(render_c._Renderer):
     are scalars, which OpenCL C widens). The vector type is a typedef with the element's
     alignment, so the loads and stores are unaligned vector moves: PoCL's ``vload``/``vstore``
     are library calls its compiler does not inline (measured: every accumulator spilled).
-    Any other loop renders as the core renderer writes it."""
+    Any other loop renders as the core renderer writes it.
+
+    ``min_vector_bits`` > 0 marks every kernel ``__attribute__((min_vector_width(N)))`` (clang,
+    so PoCL): without it LLVM splits a 16-float vector into two 256-bit halves on an AVX-512
+    CPU, and a jammed loop's 20 accumulators then need 40 registers (measured: 40 spill loads
+    and stores per step); with it they stay 20 zmm registers."""
+
+    min_vector_bits = 0
+
+    def kernel(self, k: ir.Kernel) -> str:
+        text = super().kernel(k)
+        if self.min_vector_bits and text.startswith("__kernel void"):
+            text = f"__kernel __attribute__((min_vector_width({self.min_vector_bits}))) void" + text[len("__kernel void"):]
+        return text
 
     def vector_type(self, dtype: str, lanes: int) -> str:
         t = self.ctype(dtype)
@@ -168,10 +181,12 @@ class _VectorRenderer(render_c._Renderer):
         return out
 
 
-def render(program: ir.Program) -> str:
+def render(program: ir.Program, min_vector_bits: int = 0) -> str:
     """OpenCL C for ``program``: the core renderer in the ``opencl`` dialect, with vector
     statements for vectorizable ``vectorized`` loops (:class:`_VectorRenderer`)."""
-    return _VectorRenderer(program, get_dialect("opencl")).render()
+    r = _VectorRenderer(program, get_dialect("opencl"))
+    r.min_vector_bits = min_vector_bits
+    return r.render()
 
 
 class OpenCLBuildError(CortexError, RuntimeError):
@@ -215,15 +230,20 @@ class OpenCLRenderer(Renderer):
     """Scheduled LoopProgram -> :class:`OpenCLSource` (per-level kernels + single-group kernel).
 
     With ``fast_math`` the float sums are also split into independent partial sums
-    (``forms.split_reductions``), a reassociation the build flags allow anyway."""
+    (``forms.split_reductions``), a reassociation the build flags allow anyway.
+    ``float_lanes``: float32 lanes of the device's SIMD registers (the jammed work unit's width:
+    16 with AVX-512, 8 with AVX2); ``clang_cpu``: the device compiles with clang for a CPU
+    (PoCL), which takes ``min_vector_width`` (see :class:`_VectorRenderer`)."""
 
-    def __init__(self, fast_math: bool = True) -> None:
+    def __init__(self, fast_math: bool = True, float_lanes: int = 16, clang_cpu: bool = False) -> None:
         self.fast_math = fast_math
+        self.float_lanes = float_lanes if float_lanes in (4, 8, 16) else 16
+        self.clang_cpu = clang_cpu
 
     def render(self, program: Any) -> Source:
         if not isinstance(program, ir.Program):
             raise TypeError(f"the opencl renderer takes a LoopProgram, not {type(program).__name__}")
-        jammed, changed, relayout = jam_for_opencl(program)
+        jammed, changed, relayout = jam_for_opencl(program, self.float_lanes)
         shaped = forms.to_work_groups(forms.chunk_nodes(jammed, skip=changed))
         if self.fast_math:
             shaped = forms.split_reductions(forms.tanh_via_sigmoid(forms.hoist_guards(shaped)))
@@ -231,23 +251,23 @@ class OpenCLRenderer(Renderer):
         if forms.needs_single_group(program):  # its kernels' grid barriers are unusable here
             full = ir.Program(program.name, program.sizes, program.buffers,
                               (full.kernel(forms.SINGLE_KERNEL),), ())
-        text = render(full)
+        text = render(full, self.float_lanes * 32 if self.clang_cpu and changed else 0)
         if self.fast_math:
             text = text.replace(SIGMOID_HELPER, FAST_SIGMOID_HELPER)
         return OpenCLSource(text, full, relayout)
 
 
-def jam_for_opencl(program: ir.Program) -> tuple[ir.Program, frozenset[str], dict[str, tuple]]:
+def jam_for_opencl(program: ir.Program, float_lanes: int = 16) -> tuple[ir.Program, frozenset[str], dict[str, tuple]]:
     """``core.jam.jam_nodes`` for this backend: the weights its fused sums read stored
     transposed first (so a block of hidden units is one vector load per step; the runtime
     converts those params on upload: the returned layouts), one SIMD register of hidden units
-    per work-item (16 float32 / 8 float64 lanes: 64 bytes, AVX-512). Returns the program, the
+    per work-item (``float_lanes`` float32 or half as many float64 lanes). Returns the program, the
     kernels that were jammed, and ``{param: layout}`` for the params it re-laid out."""
     names = weights_to_transpose(program)
     relaid = program
     for name in names:
         relaid = change_layout(relaid, name, "transposed")
-    vector = 8 if "float64" in program.float_dtypes() else 16
+    vector = max(2, float_lanes // 2) if "float64" in program.float_dtypes() else float_lanes
     jammed, changed = jam_nodes(relaid, vector=vector)
     if not changed:
         return program, changed, {}
