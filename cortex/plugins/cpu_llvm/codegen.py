@@ -309,6 +309,8 @@ class _KernelGen:
         self.jam_off = 0  # > 0 inside a reduction's body: no fusion across nodes there
         self.memo: dict = {}  # inside a jammed reduction loop: values shared by its nodes
         self.compact = 0  # > 0: code that rarely runs (a jammed level's fallback): keep it small
+        self.icse: dict = {}  # (op, block, operands) -> value: integer ops emitted once per block
+        self.icse_keep: list = []
 
     # ---------------------------------------------------------------- helpers
     def dtype(self, e: ir.Expr) -> str:
@@ -318,7 +320,43 @@ class _KernelGen:
         return self.fn.append_basic_block(name)
 
     def i64(self, v: ll.Value) -> ll.Value:
-        return self.b.sext(v, ll.VectorType(I64, v.type.count) if _is_vec(v) else I64)
+        if _is_vec(v):
+            return self.b.sext(v, ll.VectorType(I64, v.type.count))
+        if isinstance(v, ll.Constant) and isinstance(v.constant, int):
+            return ll.Constant(I64, v.constant)
+        return self.int_op("sext", v, None)
+
+    def int_op(self, op: str, x: ll.Value, y: ll.Value | None) -> ll.Value:
+        """Scalar integer arithmetic of index computations, folded when the operands are
+        constants or neutral and emitted once per basic block (the same address is computed
+        for many loads): far less IR for LLVM to clean up (compile time)."""
+        cx = x.constant if isinstance(x, ll.Constant) and isinstance(x.constant, int) else None
+        cy = y.constant if isinstance(y, ll.Constant) and isinstance(y.constant, int) else None
+        if y is not None and not _is_vec(x) and not _is_vec(y):
+            if cx is not None and cy is not None and op in ("add", "sub", "mul"):
+                v = {"add": cx + cy, "sub": cx - cy, "mul": cx * cy}[op]
+                if -2**31 <= v < 2**31 or x.type == I64:
+                    return ll.Constant(x.type, v)
+            if op == "add" and cy == 0 or op == "sub" and cy == 0 or op == "mul" and cy == 1:
+                return x
+            if op == "add" and cx == 0 or op == "mul" and cx == 1:
+                return y
+        key = (op, id(self.b.block), _vkey(x), _vkey(y) if y is not None else None)
+        hit = self.icse.get(key)
+        if hit is not None:
+            return hit
+        b = self.b
+        if op == "sext":
+            out = b.sext(x, I64)
+        elif op == "sdiv":
+            out = b.sdiv(x, y)
+        elif op == "srem":
+            out = b.srem(x, y)
+        else:
+            out = getattr(b, op)(x, y, flags=["nsw"])
+        self.icse[key] = out
+        self.icse_keep.append((x, y))  # ids in the keys stay valid
+        return out
 
     def splat(self, v: ll.Value, width: int) -> ll.Value:
         if isinstance(v, ll.Constant) and not _is_vec(v):
@@ -423,9 +461,9 @@ class _KernelGen:
         off = self.i64(self.expr(index[0]))
         for i, d in zip(index[1:], shape[1:]):
             off, dim = self.match(off, self.i64(self.expr(d)))
-            off = b.mul(off, dim, flags=["nsw"])
+            off = self.int_op("mul", off, dim)
             off, ii = self.match(off, self.i64(self.expr(i)))
-            off = b.add(off, ii, flags=["nsw"])
+            off = self.int_op("add", off, ii)
         return off, LTYPE[dtype]
 
     def address(self, name: str, index: tuple[ir.Expr, ...]) -> tuple[ll.Value, ll.Type]:
@@ -516,6 +554,12 @@ class _KernelGen:
             phi.add_incoming(ll.Constant(I1, 0 if e.op == "and" else 1), start)
             phi.add_incoming(y, rhs_end)
             return phi
+        if e.op in ("//", "%"):
+            d = ir.const_int(e.b)
+            if d is not None and d > 0 and _divisor(e.a) % d == 0 and self.dtype(e.a) == ir.INT:
+                q = _exact_div(e.a, d) if e.op == "//" else ir.Const(0)
+                if q is not None:
+                    return self.expr(q)  # an exact division (a packed weight's row block)
         t = self.dtype(e.a)
         x, y = self.match(self.expr(e.a), self.expr(e.b))
         w = x.type.count if _is_vec(x) else 0
@@ -533,16 +577,8 @@ class _KernelGen:
             raise CodegenError(f"float operands for {e.op!r} in {e}")
         if t == ir.BOOL:
             raise CodegenError(f"bool operands for {e.op!r} in {e}; use and/or")
-        if e.op == "+":
-            return b.add(x, y, flags=["nsw"])
-        if e.op == "-":
-            return b.sub(x, y, flags=["nsw"])
-        if e.op == "*":
-            return b.mul(x, y, flags=["nsw"])
-        if e.op in ("/", "//"):
-            return b.sdiv(x, y)
-        if e.op == "%":
-            return b.srem(x, y)
+        if e.op in ("+", "-", "*", "/", "//", "%"):
+            return self.int_op({"+": "add", "-": "sub", "*": "mul", "/": "sdiv", "//": "sdiv", "%": "srem"}[e.op], x, y)
         if e.op in ("min", "max"):
             c = b.icmp_signed("<" if e.op == "min" else ">", x, y)
             return b.select(c, x, y)
@@ -1364,6 +1400,34 @@ class _VecCtx:
         return None
 
 
+def _vkey(v: ll.Value):
+    if isinstance(v, ll.Constant) and isinstance(v.constant, int):
+        return (str(v.type), v.constant)
+    return id(v)
+
+
+def _exact_div(e: ir.Expr, d: int) -> ir.Expr | None:
+    """``e // d`` for an int expression that ``_divisor`` shows is a multiple of ``d``, written
+    without a division (so exact that truncating and flooring agree), or None."""
+    c = ir.const_int(e)
+    if c is not None:
+        return ir.Const(c // d)
+    if isinstance(e, ir.BinOp):
+        if e.op in ("+", "-"):
+            a, b = _exact_div(e.a, d), _exact_div(e.b, d)
+            return None if a is None or b is None else ir.BinOp(e.op, a, b)
+        if e.op == "*":
+            for x, y in ((e.a, e.b), (e.b, e.a)):
+                k = ir.const_int(y)
+                if k is not None and k % d == 0:
+                    return x if k // d == 1 else ir.BinOp("*", x, ir.Const(k // d))
+                if _divisor(x) % d == 0:
+                    q = _exact_div(x, d)
+                    if q is not None:
+                        return ir.BinOp("*", q, y)
+    return None
+
+
 def _divisor(e: ir.Expr) -> int:
     """A known divisor of an int expression's value (0: the value is 0)."""
     import math
@@ -1713,6 +1777,7 @@ class _HostExpr(_KernelGen):
 
     def __init__(self, builder: ll.IRBuilder, env: dict[str, ll.Value]) -> None:  # noqa: D401
         self.memo = {}
+        self.icse, self.icse_keep = {}, []
         self.b = builder
         self.env = {k: (v, ir.INT) for k, v in env.items()}
         self.dtypes = {}

@@ -104,7 +104,7 @@ def new_target_machine(cpu: str = "host", opt_level: int = 3) -> llvm.TargetMach
 #: enough independent FMAs; unrolling its 256-trip loops again only multiplies the code the
 #: back end compiles (about half of the optimize + JIT time for the TreeLSTM).
 LOOP_UNROLLING = False
-SLP_VECTORIZATION = True
+SLP_VECTORIZATION = False
 
 
 def optimize(module: llvm.ModuleRef, tm: llvm.TargetMachine, opt_level: int) -> None:
