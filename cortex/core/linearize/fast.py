@@ -116,10 +116,7 @@ def child_table_batch(items: list[Any], arity: Any) -> LinearizedBatch | None:
 # an int32 length, an int in int32 range its type byte and the int32 value. A batch of nested
 # tuples/lists of such ints is therefore a sequence of 5-byte records in pre-order.
 _RECORD = np.dtype([("code", "u1"), ("val", "<i4")])
-_KIND = np.zeros(256, np.int8)  # record type byte -> 1 container, 2 int, 0 anything else
-_KIND[ord("(")] = _KIND[ord("[")] = 1
-_KIND[ord("i")] = 2
-_BOX = _KIND == 1
+_BOX = bytes(1 if c in b"([" else 0 for c in range(256))  # type byte -> 1 for a container
 _NO_VOCAB = 1 << 63  # an unsigned bound every non-negative int64 token is below
 
 
@@ -143,30 +140,34 @@ def nested_batch(items: list[Any], arity: Any, vocab_size: Any) -> LinearizedBat
         return None
     if len(raw) % 5:
         return None
-    rec = np.frombuffer(raw, _RECORD)
-    code = rec["code"]
-    kind = _KIND[code]
-    if not kind[kind.argmin()]:
+    codes = raw[::5]  # the type byte of every record
+    if codes.translate(None, b"([i"):
         return None  # a record of another type: str, float, bool, None, a big int...
-    val = rec["val"].astype(np.intp)
+    box = np.frombuffer(codes.translate(_BOX), np.bool_)  # containers
+    val = np.frombuffer(raw, _RECORD)["val"].astype(np.intp)
     r = len(val)
     n = r - 1  # record 0 is the batch list itself: the parent of every root
     if n > _asm.MAX_INDEX:
         return None
-    box = _BOX[code]
     inner = box.nonzero()[0]  # container records (record 0 first)
     ai = val[inner]  # their child counts
+    nb = int(ai[0])
     # an empty tuple/list, or the wrong child count (record 0, the batch list, aside)
     if arity is not None:
-        if len(ai) > 1 and (ai[1:] != arity).any():
+        # every non-root node is a child of a container: the counts sum to n - nb, so with
+        # none above arity they are all arity exactly when that sum is arity * containers
+        if len(ai) > 1 and (n - nb != arity * (len(ai) - 1)
+                            or np.maximum.reduce(ai[1:]) > arity):
             return None
     elif not ai[ai.argmin()]:
         return None
-    tok = val[~box]
-    # as unsigned, a negative token is above any bound: one reduction checks both ends
-    if tok.size and np.maximum.reduce(tok.view(np.uintp)) >= (
-            _NO_VOCAB if vocab_size is None else vocab_size):
-        return None  # the general path names the node and the token
+    # tokens in range: as unsigned, a negative token is above any bound. One reduction over
+    # every record (child counts are small) decides the common case; else the tokens alone.
+    limit = _NO_VOCAB if vocab_size is None else vocab_size
+    if np.maximum.reduce(val.view(np.uintp)) >= limit:
+        tok = val[~box]
+        if np.maximum.reduce(tok.view(np.uintp)) >= limit:
+            return None  # the general path names the node and the token
     a = val * box  # children per record (tokens: none)
     # pending[j]: slots still to fill after record j (each record fills one and opens a_j;
     # the batch list's slot is not counted, so pending[r - 1] = 0)
@@ -186,7 +187,8 @@ def nested_batch(items: list[Any], arity: Any, vocab_size: Any) -> LinearizedBat
     before += inner
     end = by_pending[skey.searchsorted(before)]
     # depth: the number of internal records whose subtree (p, end] holds the record
-    mark = np.bincount(inner + 1, minlength=r + 1)
+    mark = np.zeros(r + 1, np.intp)
+    mark[inner + 1] = 1
     mark -= np.bincount(end + 1, minlength=r + 1)
     depth = np.add.accumulate(mark)  # [r + 1]; depth[r] = 0 pads the reduction below
     # height of internal p: the deepest record of its subtree [p, end] minus its depth; one
@@ -239,99 +241,84 @@ def _fixed_arity_forest(val: np.ndarray, inner: np.ndarray, end: np.ndarray,
     nb = len(root_rec)
     if n * k > _asm.MAX_TABLE_ENTRIES:
         return None
-    # the children of every internal node as node ids (record - 1), in the user's order
-    inr, ends = inner[1:], end[1:]
-    after = np.arange(1, r + 1)  # the record after each record's subtree (leaves: itself)
-    after[inr] = ends + 1
-    kids = np.empty((n, k), np.intp)  # rows of internal nodes only; leaf rows never read
-    c = inr + 1
-    kids[inr - 1, 0] = inr  # node id of record c = c - 1
+    # the children of every internal node (in pre-order) as node ids (record - 1)
+    inr = inner[1:]
+    # next[v]: the node after node v's subtree (node id = record - 1, so the record after
+    # record p's subtree, end + 1, is node end; a leaf's is the next record, node v + 1)
+    nxt = np.arange(r)
+    nxt[inr] = end[1:]
+    nxt = nxt[1:]
+    kids = np.empty((len(inr), k), np.intp)
+    c = inr  # the first child of record p is record p + 1: node p
+    kids[:, 0] = c
     for j in range(1, k):
-        c = after[c]
-        kids[inr - 1, j] = c - 1
-    # level order: stable by height = (height, input, the input's pre-order)
+        c = nxt[c]
+        kids[:, j] = c
+    # level order: stable by height = (height, input, the input's pre-order); the internal
+    # nodes among themselves keep that order, which orders the table's internal rows
+    nar = np.uint8 if r < 256 else np.uint16 if r < 65536 else np.intp
     hn = height[1:]
-    key = hn.astype(np.uint8 if r < 256 else np.uint16 if r < 65536 else np.intp)
-    order = key.argsort(kind="stable")
+    order = hn.astype(nar).argsort(kind="stable")
+    by_height = height[inr].astype(nar).argsort(kind="stable")
     new_id = np.empty(n, np.intp)
     new_id[order] = np.arange(n)
-    counts = np.bincount(key)  # one per level
+    counts = np.bincount(hn)  # one per level
     level_offsets = np.zeros(len(counts) + 1, INDEX_DTYPE)
-    np.add.accumulate(counts, out=level_offsets[1:], dtype=INDEX_DTYPE)
+    level_offsets[1:] = np.add.accumulate(counts)
     nl = int(level_offsets[1])
     width = k if nl < n else 0  # the table is as wide as the widest node: 0 for lone leaves
     table = np.empty((n, width), INDEX_DTYPE)
     table[:nl] = -1
     if width:
-        table[nl:] = new_id[kids[order[nl:]]]
-    child_ids = table[nl:].reshape(-1)
+        table[nl:] = new_id[kids[by_height]]
     child_offsets = np.zeros(n + 1, INDEX_DTYPE)
     child_offsets[nl + 1:] = np.arange(k, k * (n - nl) + 1, k, dtype=INDEX_DTYPE)
-    # inputs: record j belongs to input (number of roots up to j) - 1
-    node_in = np.add.accumulate(is_root[1:], dtype=INDEX_DTYPE)
-    node_in -= 1
-    node_input = node_in[order]
     root_pre = root_rec - 1
+    node_input = root_pre.searchsorted(order, "right")  # inputs: roots at or before the node
+    node_input -= 1
+    node_input = node_input.astype(INDEX_DTYPE)
     roots = new_id[root_pre].astype(INDEX_DTYPE)
     words = val[1:].astype(INDEX_DTYPE)[order]
     words[nl:] = -1
     starts = np.empty(nb + 1, np.intp)
     starts[:-1] = root_pre
     starts[-1] = n
-    for a in (level_offsets, child_offsets, child_ids, table, roots, node_input, words):
+    for a in (level_offsets, child_offsets, table, roots, node_input, words):
         a.setflags(write=False)
-    tree = _KidsTree(kids, inr - 1, starts)
-    return LinearizedBatch(
+    child_ids = table[nl:].reshape(-1)  # a view of the read-only table: read-only too
+    return LinearizedBatch._trusted(
         num_nodes=n, level_offsets=level_offsets, child_offsets=child_offsets,
         child_ids=child_ids, child_table=table, roots=roots, node_input=node_input,
         word_ids=words, features=None,
-        origin=Origin(order, node_input, [_LazyPathKeys(tree, b) for b in range(nb)], starts),
+        origin=Origin(order, node_input, _KidsTree(kids, inr - 1, starts), starts),
         labels=None)
 
 
 class _KidsTree:
-    """The parents of a fixed-arity batch, worked out from its child rows on first use (only
-    reading an origin key needs them)."""
+    """The origin keys of a fixed-arity batch: ``keys[b]`` is input ``b``'s :class:`PathKeys`,
+    built from the child rows on first use (only reading an origin key needs the parents)."""
 
-    __slots__ = ("kids", "internal", "starts", "_local")
+    __slots__ = ("kids", "internal", "starts", "_local", "_keys")
 
     def __init__(self, kids: np.ndarray, internal: np.ndarray, starts: np.ndarray) -> None:
         self.kids, self.internal, self.starts = kids, internal, starts
         self._local: np.ndarray | None = None
+        self._keys: dict[int, PathKeys] = {}
 
-    def keys(self, b: int) -> PathKeys:
-        if self._local is None:
-            n = len(self.kids)
-            parent = np.full(n, -1, np.intp)
-            k = self.kids.shape[1]
-            parent[self.kids[self.internal].ravel()] = np.repeat(self.internal, k)
-            base = np.repeat(self.starts[:-1], np.diff(self.starts))
-            local = parent - base
-            local[self.starts[:-1]] = -1
-            self._local = local
-        lo, hi = int(self.starts[b]), int(self.starts[b + 1])
-        return PathKeys(self._local[lo:hi].tolist())
-
-
-class _LazyPathKeys:
-    """Input ``b``'s path keys (``PathKeys``), built when first read."""
-
-    __slots__ = ("tree", "b", "_keys")
-
-    def __init__(self, tree: _KidsTree, b: int) -> None:
-        self.tree, self.b = tree, b
-        self._keys: PathKeys | None = None
-
-    def _get(self) -> PathKeys:
-        if self._keys is None:
-            self._keys = self.tree.keys(self.b)
-        return self._keys
-
-    def __call__(self, v: int) -> str:
-        return self._get()(v)
-
-    def index(self, key: str) -> int:
-        return self._get().index(key)
+    def __getitem__(self, b: int) -> PathKeys:
+        keys = self._keys.get(b)
+        if keys is None:
+            if self._local is None:
+                n = int(self.starts[-1])
+                parent = np.full(n, -1, np.intp)
+                k = self.kids.shape[1]
+                parent[self.kids.ravel()] = np.repeat(self.internal, k)
+                local = parent - np.repeat(self.starts[:-1], np.diff(self.starts))
+                local[self.starts[:-1]] = -1
+                self._local = local
+            lo, hi = int(self.starts[b]), int(self.starts[b + 1])
+            keys = self._keys[b] = PathKeys(self._local[lo:hi].tolist())
+        return keys
 
 
 def _starts(sizes: list[int]) -> np.ndarray | None:
