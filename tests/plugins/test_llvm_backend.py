@@ -327,6 +327,26 @@ def test_profile_build_records_every_barrier_per_thread():
         cortex.compile(model, target="llvm", threads=1).artifact.profile()
 
 
+def test_pinned_workers_run_on_their_cpus_and_agree():
+    """``pin=True``: worker t is restricted to the t-th usable CPU; results unchanged."""
+    import glob
+    import os
+    import time
+
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip(reason="pinning a worker needs two usable CPUs")
+    model = cortex.models.TreeLSTM(hidden=32, embed=8, vocab=40, dtype="float32", seed=3)
+    exe = cortex.compile(model, target="llvm", threads=2, pin=True)
+    assert exe.artifact.pinned
+    trees = [((1, 2), (3, (4, 5))), (6, 7)]
+    _assert_matches(model, exe(trees), "float32", "pinned")
+    time.sleep(0.05)
+    allowed = [open(t).read().split("Cpus_allowed_list:\t")[1].split("\n")[0]
+               for t in glob.glob("/proc/self/task/*/status")]
+    assert str(cpus[1]) in allowed
+
+
 def test_interchange_applies_to_level_loops_only():
     from cortex.core.lower import lower  # noqa: F401  (the lowering is what produces level loops)
 

@@ -97,7 +97,8 @@ class LLVMCompiler(Compiler):
             raise TypeError("the llvm compiler takes what the llvm renderer returns (LLVMSource)")
         return CompiledProgram(program, threads=int(options.get("threads", 0)),
                                cpu=options.get("cpu", "host"), opt_level=int(options.get("opt_level", 3)),
-                               ir_text=str(source), profile=bool(options.get("profile", False)))
+                               ir_text=str(source), profile=bool(options.get("profile", False)),
+                               pin=bool(options.get("pin", False)) or None)
 
 
 class LLVMRuntime(HostRuntime):

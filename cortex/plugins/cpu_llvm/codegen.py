@@ -1800,6 +1800,22 @@ def _emit_team(mod: _Module, spmd: ll.Function) -> None:
     worker.linkage = "internal"
     b = ll.IRBuilder(worker.append_basic_block("entry"))
     tid = b.trunc(b.ptrtoint(worker.args[0], I64), I32)
+    # pinned to cx_cpus[tid] when that is >= 0 (see CompiledProgram's pin)
+    cpus = ll.GlobalVariable(m, ll.ArrayType(I32, MAX_THREADS), "cx_cpus")
+    cpus.initializer = ll.Constant(ll.ArrayType(I32, MAX_THREADS), [-1] * MAX_THREADS)
+    mask = b.alloca(ll.ArrayType(I64, 16), name="cpu_mask")
+    cpu = b.load(b.gep(b.inttoptr(b.ptrtoint(cpus, I64), PTR), [tid], inbounds=True, source_etype=I32), typ=I32)
+    pin_bb, pinned = worker.append_basic_block("pin"), worker.append_basic_block("pinned")
+    b.cbranch(b.icmp_signed(">=", cpu, ll.Constant(I32, 0)), pin_bb, pinned)
+    b.position_at_end(pin_bb)
+    mask_p = b.inttoptr(b.ptrtoint(mask, I64), PTR)
+    for w in range(16):
+        b.store(ll.Constant(I64, 0), b.gep(mask_p, [ll.Constant(I32, w)], inbounds=True, source_etype=I64))
+    word = b.gep(mask_p, [b.ashr(cpu, ll.Constant(I32, 6))], inbounds=True, source_etype=I64)
+    b.store(b.shl(ll.Constant(I64, 1), b.zext(b.and_(cpu, ll.Constant(I32, 63)), I64)), word)
+    b.call(mod.decl("sched_setaffinity", I32, [I32, I64, PTR]), [ll.Constant(I32, 0), ll.Constant(I64, 128), mask_p])
+    b.branch(pinned)
+    b.position_at_end(pinned)
     seen0 = b.load(mod.g_gen0, typ=I32)  # the generation when the team was created
     entry = b.block
     outer, wait, spin, sleep, got, work, quit_ = (worker.append_basic_block(n) for n in

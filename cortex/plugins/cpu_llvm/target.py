@@ -30,6 +30,7 @@ OPTIONS = (
     TargetOption("cpu", str, "host", "CPU to generate code for",
                  check=_cpu_name_problem,
                  allowed="'host' or an LLVM CPU name such as 'skylake-avx512'"),
+    TargetOption("pin", bool, False, "pin worker thread t of the team to the t-th usable CPU"),
     TargetOption("profile", bool, False, "profiling build: cycle counts per thread at every barrier "
                  "(CompiledProgram.profile(); tools/llvm_profile.py)"),
 )
