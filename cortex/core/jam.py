@@ -123,6 +123,40 @@ def _strip_guards(e: ir.Expr, guards: list[ir.Expr]) -> ir.Expr:
     return ir.transform(e, f)  # type: ignore[return-value]
 
 
+def _addends(e: ir.Expr) -> list[ir.Expr] | None:
+    if isinstance(e, ir.BinOp) and e.op == "+":
+        a, b = _addends(e.a), _addends(e.b)
+        return None if a is None or b is None else a + b
+    return [e]
+
+
+def _split_lane(e: ir.Expr, lane: str, base: str, vector: int) -> ir.Expr:
+    """``(base + lane + c) // vector`` -> ``(base + c) // vector`` and ``... % vector`` ->
+    ``lane`` when ``base`` and ``c`` are multiples of ``vector`` and ``0 <= lane < vector``:
+    the row-block and in-block index of a weight stored ``packed`` by ``vector`` rows, so the
+    lane only moves along the block (one vector load)."""
+
+    def f(x: ir.Node) -> ir.Node | None:
+        if not (isinstance(x, ir.BinOp) and x.op in ("//", "%") and ir.const_int(x.b) == vector):
+            return None
+        terms = _addends(x.a)
+        if terms is None or terms.count(ir.Var(lane)) != 1:
+            return None
+        rest = [t for t in terms if t != ir.Var(lane)]
+        for t in rest:
+            c = ir.const_int(t)
+            if not (t == ir.Var(base) or (c is not None and c % vector == 0)):
+                return None
+        if x.op == "%":
+            return ir.Var(lane)
+        total: ir.Expr = rest[0] if rest else ir.Const(0, ir.INT)
+        for t in rest[1:]:
+            total = ir.BinOp("+", total, t)  # type: ignore[arg-type]
+        return ir.BinOp("//", total, x.b)  # type: ignore[arg-type]
+
+    return ir.transform(e, f)  # type: ignore[return-value]
+
+
 def _group_key(r: ir.Reduce, jn: str) -> tuple:
     """Sums whose hidden-unit-independent loads (a child's ``h[ch, k]``) agree sort together,
     so one fused loop loads each such value once for all of them."""
@@ -206,7 +240,10 @@ def _jam_loop(loop: ir.For, jam: int, vector: int, max_accs: int, fresh: str,
         for n in range(count):
             env = node_env(n)
             for s, r in enumerate(sums):
-                terms[n, s] = ir.substitute(r.body, {**env, r.var: ir.Var(k), jn: jb + ir.Var(jl)})  # type: ignore[assignment]
+                term = ir.substitute(r.body, {**env, r.var: ir.Var(k), jn: jb + ir.Var(jl)})
+                if a % vector == 0:  # jb is a multiple of vector: packed-weight indices simplify
+                    term = _split_lane(term, jl, jb.name, vector)  # type: ignore[arg-type]
+                terms[n, s] = term  # type: ignore[assignment]
         guards = _guards(list(terms.values()), {k, jl})
 
         def accumulation(unguarded: bool) -> list[ir.Stmt]:

@@ -109,19 +109,24 @@ def test_hidden_sizes_that_the_vector_does_not_divide_are_left_alone():
 
 
 @pytest.mark.parametrize("name", sorted(BUILDERS))
-def test_transposed_weights_make_the_fused_loads_contiguous(name):
+@pytest.mark.parametrize("layout", ["transposed", "packed"])
+def test_relaid_weights_make_the_fused_loads_contiguous(name, layout):
     program, bufs, sizes = _case(name, seed=5, drop_children=False)
     program = _serial_hidden(program)
     names = weights_to_transpose(program)
     assert names and all(program.buffer(n).role == "param" for n in names)
     relaid = program
     for n in names:
-        relaid = change_layout(relaid, n, "transposed")
+        relaid = change_layout(relaid, n, layout, 4)
     jammed, _ = jam_nodes(relaid, jam=2, vector=4)
-    for store in (n for k in jammed.kernels for n in ir.walk(k.body) if isinstance(n, ir.Store)
-                  and n.buffer.endswith("accall")):
-        for load in (x for x in ir.walk(store.value) if isinstance(x, ir.Load) and x.buffer in names):
-            assert "cxj_jl" in {v.name for v in ir.walk(load.index[-1]) if isinstance(v, ir.Var)}
+    verify(jammed)
+    loads = [x for k in jammed.kernels for n in ir.walk(k.body) if isinstance(n, ir.Store)
+             and n.buffer.endswith("accall") for x in ir.walk(n.value) if isinstance(x, ir.Load) and x.buffer in names]
+    assert loads
+    for load in loads:  # the lane moves along the last index only (packed: the in-block index)
+        assert load.index[-1] == ir.Var("cxj_jl") or "cxj_jl" in {
+            v.name for v in ir.walk(load.index[-1]) if isinstance(v, ir.Var)}
+        assert all("cxj_jl" not in {v.name for v in ir.walk(i) if isinstance(v, ir.Var)} for i in load.index[:-1])
     want = interpret.run(program, bufs, sizes)
     got = interpret.run(jammed, physical_arrays(jammed, bufs), sizes)
     np.testing.assert_allclose(got["h"], want["h"], rtol=1e-12, atol=1e-12)

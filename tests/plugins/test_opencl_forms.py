@@ -197,5 +197,5 @@ def test_renderer_jams_level_kernels_into_vector_statements(dtype, lanes):
     t = "float" if dtype == "float32" else "double"
     assert f"typedef {t} cx_v{t}{lanes} __attribute__((ext_vector_type({lanes}), aligned(" in source
     assert "vload" not in source and "vstore" not in source  # PoCL does not inline those
-    assert "U" in source.relayout and set(source.relayout.values()) == {("transposed",)}
+    assert "U" in source.relayout and set(source.relayout.values()) == {("packed", lanes)}
     assert forms.SINGLE_KERNEL in {k.name for k in source.program.kernels}  # still verifies

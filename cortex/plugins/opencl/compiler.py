@@ -264,10 +264,14 @@ def jam_for_opencl(program: ir.Program, float_lanes: int = 16) -> tuple[ir.Progr
     per work-item (``float_lanes`` float32 or half as many float64 lanes). Returns the program, the
     kernels that were jammed, and ``{param: layout}`` for the params it re-laid out."""
     names = weights_to_transpose(program)
+    vector = max(2, float_lanes // 2) if "float64" in program.float_dtypes() else float_lanes
     relaid = program
     for name in names:
-        relaid = change_layout(relaid, name, "transposed")
-    vector = max(2, float_lanes // 2) if "float64" in program.float_dtypes() else float_lanes
+        rows = ir.const_int(program.buffer(name).shape[0])
+        if rows is not None and rows % vector == 0:  # blocks of `vector` rows, each [K, vector]
+            relaid = change_layout(relaid, name, "packed", vector)
+        else:
+            relaid = change_layout(relaid, name, "transposed")
     jammed, changed = jam_nodes(relaid, vector=vector)
     if not changed:
         return program, changed, {}
