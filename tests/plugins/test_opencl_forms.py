@@ -199,3 +199,11 @@ def test_renderer_jams_level_kernels_into_vector_statements(dtype, lanes):
     assert "vload" not in source and "vstore" not in source  # PoCL does not inline those
     assert "U" in source.relayout and set(source.relayout.values()) == {("packed", lanes)}
     assert forms.SINGLE_KERNEL in {k.name for k in source.program.kernels}  # still verifies
+
+
+def test_renderer_without_jam_keeps_row_major_weights_and_scalar_code():
+    from cortex.plugins.opencl.compiler import OpenCLRenderer
+
+    program = _serial_hidden(tree_lstm(form="per_level", dtype="float32", H=32))
+    source = OpenCLRenderer(jam=False).render(program)  # what a GPU device gets
+    assert source.relayout == {} and "ext_vector_type" not in source

@@ -233,17 +233,24 @@ class OpenCLRenderer(Renderer):
     (``forms.split_reductions``), a reassociation the build flags allow anyway.
     ``float_lanes``: float32 lanes of the device's SIMD registers (the jammed work unit's width:
     16 with AVX-512, 8 with AVX2); ``clang_cpu``: the device compiles with clang for a CPU
-    (PoCL), which takes ``min_vector_width`` (see :class:`_VectorRenderer`)."""
+    (PoCL), which takes ``min_vector_width`` (see :class:`_VectorRenderer`); ``jam``: apply
+    :func:`jam_for_opencl` (CPU devices: its vector statements use clang's ``ext_vector_type``,
+    and a GPU's grid schedule has no CPU-style node loop to jam anyway)."""
 
-    def __init__(self, fast_math: bool = True, float_lanes: int = 16, clang_cpu: bool = False) -> None:
+    def __init__(self, fast_math: bool = True, float_lanes: int = 16, clang_cpu: bool = False,
+                 jam: bool = True) -> None:
         self.fast_math = fast_math
+        self.jam = jam
         self.float_lanes = float_lanes if float_lanes in (4, 8, 16) else 16
         self.clang_cpu = clang_cpu
 
     def render(self, program: Any) -> Source:
         if not isinstance(program, ir.Program):
             raise TypeError(f"the opencl renderer takes a LoopProgram, not {type(program).__name__}")
-        jammed, changed, relayout = jam_for_opencl(program, self.float_lanes)
+        if self.jam:
+            jammed, changed, relayout = jam_for_opencl(program, self.float_lanes)
+        else:
+            jammed, changed, relayout = program, frozenset(), {}
         shaped = forms.to_work_groups(forms.chunk_nodes(jammed, skip=changed))
         if self.fast_math:
             shaped = forms.split_reductions(forms.tanh_via_sigmoid(forms.hoist_guards(shaped)))
