@@ -297,9 +297,9 @@ def _bind_batch(low: Lowered, batch: LinearizedBatch) -> tuple[dict[str, np.ndar
         raise TypeError(f"bind_batch needs a LinearizedBatch, got {type(batch).__name__}")
     plan = _plan_of(low)
     n = int(batch.num_nodes)
-    lo = batch.level_offsets
-    nl = int(lo[1]) if len(lo) > 1 else 0
-    co = batch.child_offsets
+    lo = np.ascontiguousarray(batch.level_offsets, dtype=INDEX_DTYPE)
+    nl = lo.item(1) if len(lo) > 1 else 0
+    co = np.ascontiguousarray(batch.child_offsets, dtype=INDEX_DTYPE)
     e = len(batch.child_ids)
     k = plan.arity
     table = batch.child_table
@@ -307,8 +307,8 @@ def _bind_batch(low: Lowered, batch: LinearizedBatch) -> tuple[dict[str, np.ndar
         # every internal node has exactly k children. O(1) when the table is k wide: no node
         # has more than the table's width (an invariant), so k * (internal count) children
         # means k each; anything else is checked node by node (and named)
-        if not (table.shape[1] == k and int(co[n]) - int(co[nl]) == k * (n - nl)):
-            arity = np.diff(np.asarray(co, dtype=np.int64))
+        if not (table.shape[1] == k and co.item(n) - co.item(nl) == k * (n - nl)):
+            arity = np.diff(co.astype(np.int64))
             bad = np.nonzero(arity[nl:] != k)[0]
             if len(bad):
                 node = nl + int(bad[0])
@@ -317,8 +317,8 @@ def _bind_batch(low: Lowered, batch: LinearizedBatch) -> tuple[dict[str, np.ndar
                     f"has {int(arity[node])} children; linearize with arity={k}"
                 )
     bufs: dict[str, np.ndarray] = {
-        "level_offsets": np.ascontiguousarray(lo, dtype=INDEX_DTYPE),
-        "child_offsets": np.ascontiguousarray(co, dtype=INDEX_DTYPE),
+        "level_offsets": lo,
+        "child_offsets": co,
         # E may be 0 (only leaves): keep one padding entry so no buffer is empty
         "child_ids": np.ascontiguousarray(batch.child_ids, dtype=INDEX_DTYPE) if e
         else np.zeros(1, dtype=INDEX_DTYPE),
