@@ -731,6 +731,17 @@ class _KernelGen:
             return nxt
         return b.add(acc, v)
 
+    def accumulate(self, op: str, dt: str, acc: ll.Value, body: ir.Expr) -> ll.Value:
+        """``combine(acc, body)``; a float product summed into a vector accumulator becomes one
+        ``llvm.fma`` (what LLVM would contract the fmul + fadd into anyway: half the IR of a
+        jammed reduction loop)."""
+        if op == "sum" and dt in ir.FLOAT_DTYPES and _is_vec(acc) and isinstance(body, ir.BinOp) \
+                and body.op == "*":
+            x, y = self.expr(body.a), self.expr(body.b)
+            acc, x, y = self.match(acc, x, y)
+            return self.b.call(self.mod.intrinsic("fma", dt, 3, _width(acc)), [x, y, acc])
+        return self.combine(op, dt, acc, self.expr(body))
+
     def reduce_loop(self, e: ir.Reduce) -> ll.Value:
         b = self.b
         dt = self.dtype(e.body)
@@ -1190,7 +1201,7 @@ class _KernelGen:
                 for k in range(n):
                     self.jam_switch(k)
                     for g, (r, dt, _, _, _) in enumerate(specs):
-                        nxts[g][k] = self.combine(r.op, dt, nxts[g][k], self.expr(r.body))
+                        nxts[g][k] = self.accumulate(r.op, dt, nxts[g][k], r.body)
         finally:
             del self.env[e.var]
             self.memo.clear()
