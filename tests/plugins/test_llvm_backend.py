@@ -347,6 +347,27 @@ def test_pinned_workers_run_on_their_cpus_and_agree():
     assert str(cpus[1]) in allowed
 
 
+def test_launch_follows_new_arrays_and_rechecks_them():
+    """``launch`` keeps the pointers of the arrays it saw last (parameters and pooled outputs
+    come back every call): a new output array is written, a bad new array still rejected."""
+    from cortex.plugins.cpu_llvm.backend import LLVMRuntime
+
+    p = T.vectorize(T.vectorize(tree_lstm(H=16, dtype="float32"), "j", 8), "jl", 8)
+    bufs, sizes = _case(p)
+    want = run(p, dict(bufs), sizes)
+    cp = CompiledProgram(p, threads=2)
+    first = cp.run(bufs, sizes)
+    args = [first[b.name] for b in p.buffers]
+    fresh = {b.name: np.zeros_like(first[b.name]) for b in p.buffers if not b.read_only}
+    args2 = [fresh.get(b.name, a) for b, a in zip(p.buffers, args)]
+    size_args = [int(sizes[s.name]) for s in p.sizes]
+    LLVMRuntime().launch(cp, (*args2, *size_args))
+    _outputs_close(p, {**first, **fresh}, want, "float32")
+    bad = [a.astype(np.float64) if a.dtype == np.float32 else a for a in args2]
+    with pytest.raises(TypeError, match="C-contiguous"):
+        LLVMRuntime().launch(cp, (*bad, *size_args))
+
+
 def test_interchange_applies_to_level_loops_only():
     from cortex.core.lower import lower  # noqa: F401  (the lowering is what produces level loops)
 

@@ -113,11 +113,7 @@ class LLVMRuntime(HostRuntime):
         if len(args) != nb + ns or launch_config:
             raise TypeError(f"program {p.name} takes {nb} buffers and {ns} sizes and no launch "
                             f"configuration; got {len(args)} arguments and {launch_config}")
-        arrays = args[:nb]
-        for b, a in zip(p.buffers, arrays):
-            if not (isinstance(a, np.ndarray) and a.flags.c_contiguous and a.dtype == artifact_dtype(b)):
-                raise TypeError(f"buffer {b.name} must be a C-contiguous {b.dtype} ndarray")
-        artifact.launch(arrays, [int(v) for v in args[nb:]])
+        artifact.launch_checked(args[:nb], [int(v) for v in args[nb:]])
 
 
 def artifact_dtype(b: ir.Buffer) -> np.dtype:

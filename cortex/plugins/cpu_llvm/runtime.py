@@ -103,6 +103,8 @@ class CompiledProgram:
         self._ptrs = (ctypes.c_void_p * max(nb, 1))()
         self._sizes = (ctypes.c_int32 * max(ns, 1))()
         self._buf_dtypes = [np.dtype(np_dtype(b.dtype)) for b in program.buffers]
+        self._ptrs_addr, self._sizes_addr = ctypes.addressof(self._ptrs), ctypes.addressof(self._sizes)
+        self._last: list = [None] * max(nb, 1)  # the arrays whose pointers _ptrs holds
 
     @property
     def optimized_ir(self) -> str:
@@ -170,11 +172,27 @@ class CompiledProgram:
         if not self._finalizer.alive:
             raise RuntimeError("this compiled program was closed")
         with self._lock:
+            last = self._last
             for i, a in enumerate(arrays):
-                self._ptrs[i] = a.ctypes.data
+                if a is not last[i]:  # parameters and pooled outputs come back every call
+                    self._ptrs[i] = a.ctypes.data  # ~2 us each: only for new arrays
+                    last[i] = a
             for i, s in enumerate(sizes):
                 self._sizes[i] = s
-            self._run(ctypes.addressof(self._ptrs), ctypes.addressof(self._sizes))
+            self._run(self._ptrs_addr, self._sizes_addr)
+
+    def launch_checked(self, arrays: tuple, sizes: list[int]) -> None:
+        """:meth:`launch` after checking that every array is a C-contiguous ndarray of its
+        buffer's dtype (an array seen in the previous call, same object, is not checked again:
+        ndarrays do not change dtype or layout in place)."""
+        last, dts = self._last, self._buf_dtypes
+        for i, (a, dt) in enumerate(zip(arrays, dts)):
+            if a is last[i]:
+                continue
+            if not (isinstance(a, np.ndarray) and a.flags.c_contiguous and a.dtype == dt):
+                b = self.program.buffers[i]
+                raise TypeError(f"buffer {b.name} must be a C-contiguous {b.dtype} ndarray")
+        self.launch(arrays, sizes)
 
     def run(self, buffers: Mapping[str, np.ndarray], sizes: Mapping[str, int]) -> dict[str, np.ndarray]:
         """The interpreter's contract: read-only buffers from ``buffers``, outputs and temps
