@@ -50,7 +50,7 @@ from cortex.plugins.opencl.device import Device
 FORMS = ("auto", "per_level", "single_group")
 #: With ``form="auto"`` on a CPU device, inputs of at most this many nodes per two compute
 #: units run as one single-work-group launch (measured on PoCL, see docs/opencl.md).
-SINGLE_GROUP_MAX_NODES = 96
+SINGLE_GROUP_MAX_NODES = 256
 #: On other devices one work-group is one of many compute units: only tiny inputs (unmeasured).
 SINGLE_GROUP_MAX_NODES_GPU = 8
 
@@ -210,6 +210,7 @@ class CompiledProgram:
         self._staging = np.empty(0, np.uint8)
         self._readback = np.empty(0, np.uint8)
         self._local_sizes: dict[str, int] = {}
+        self._bound: dict[str, list[Any]] = {}  # per kernel: the arguments it was last given
         self._upload_done: Any = None  # event of the last packed upload (staging is reused)
         self.last_form = ""
         self.launches = 0  # kernel launches of the last call
@@ -402,7 +403,15 @@ class CompiledProgram:
         import pyopencl as cl
 
         kernel = self.cl_kernels[name]
-        kernel.set_args(*device_args, *(np.int32(v) for v in params))
+        values = list(device_args) + [np.int32(v) for v in params]
+        last = self._bound.get(name)
+        if last is None or len(last) != len(values):
+            kernel.set_args(*values)
+        else:  # pooled buffers are the same objects call after call: set only what changed
+            for i, (new, old) in enumerate(zip(values, last)):
+                if new is not old and not (isinstance(new, np.int32) and isinstance(old, np.int32) and new == old):
+                    kernel.set_arg(i, new)
+        self._bound[name] = values
         local = self.local_size(name)
         cl.enqueue_nd_range_kernel(self.device.queue, kernel, (groups * local,), (local,))
         self.launches += 1
