@@ -186,16 +186,17 @@ def nested_batch(items: list[Any], arity: Any, vocab_size: Any) -> LinearizedBat
     before *= wide
     before += inner
     end = by_pending[skey.searchsorted(before)]
+    end1 = end + 1
     # depth: the number of internal records whose subtree (p, end] holds the record
     mark = np.zeros(r + 1, np.intp)
     mark[inner + 1] = 1
-    mark -= np.bincount(end + 1, minlength=r + 1)
+    mark -= np.bincount(end1, minlength=r + 1)
     depth = np.add.accumulate(mark)  # [r + 1]; depth[r] = 0 pads the reduction below
     # height of internal p: the deepest record of its subtree [p, end] minus its depth; one
     # reduceat over the (p, end + 1) pairs (each odd "segment" runs backwards: one element)
     spans = np.empty(2 * len(inner), np.intp)
     spans[0::2] = inner
-    spans[1::2] = end + 1
+    spans[1::2] = end1
     height = np.zeros(r, np.intp)
     deep = np.maximum.reduceat(depth, spans)[0::2]
     deep -= depth[inner]
@@ -254,12 +255,10 @@ def _fixed_arity_forest(val: np.ndarray, inner: np.ndarray, end: np.ndarray,
     for j in range(1, k):
         c = nxt[c]
         kids[:, j] = c
-    # level order: stable by height = (height, input, the input's pre-order); the internal
-    # nodes among themselves keep that order, which orders the table's internal rows
+    # level order: stable by height = (height, input, the input's pre-order)
     nar = np.uint8 if r < 256 else np.uint16 if r < 65536 else np.intp
     hn = height[1:]
     order = hn.astype(nar).argsort(kind="stable")
-    by_height = height[inr].astype(nar).argsort(kind="stable")
     new_id = np.empty(n, np.intp)
     new_id[order] = np.arange(n)
     counts = np.bincount(hn)  # one per level
@@ -269,8 +268,9 @@ def _fixed_arity_forest(val: np.ndarray, inner: np.ndarray, end: np.ndarray,
     width = k if nl < n else 0  # the table is as wide as the widest node: 0 for lone leaves
     table = np.empty((n, width), INDEX_DTYPE)
     table[:nl] = -1
+    internal = inr - 1  # node ids of the internal nodes, ascending = the rows of kids
     if width:
-        table[nl:] = new_id[kids[by_height]]
+        table[nl:] = new_id[kids[internal.searchsorted(order[nl:])]]
     child_offsets = np.zeros(n + 1, INDEX_DTYPE)
     child_offsets[nl + 1:] = np.arange(k, k * (n - nl) + 1, k, dtype=INDEX_DTYPE)
     root_pre = root_rec - 1
@@ -290,7 +290,7 @@ def _fixed_arity_forest(val: np.ndarray, inner: np.ndarray, end: np.ndarray,
         num_nodes=n, level_offsets=level_offsets, child_offsets=child_offsets,
         child_ids=child_ids, child_table=table, roots=roots, node_input=node_input,
         word_ids=words, features=None,
-        origin=Origin(order, node_input, _KidsTree(kids, inr - 1, starts), starts),
+        origin=Origin(order, node_input, _KidsTree(kids, internal, starts), starts),
         labels=None)
 
 
