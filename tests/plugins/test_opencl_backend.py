@@ -43,6 +43,29 @@ def _close(got, want, dtype):
     np.testing.assert_allclose(got, want, rtol=TOL[dtype], atol=TOL[dtype])
 
 
+@pytest.mark.parametrize("fast_math", [True, False])
+@pytest.mark.parametrize("form", ["per_level", "single_group"])
+def test_jammed_levels_match_the_interpreter_also_when_children_are_missing(form, fast_math):
+    """TreeLSTM levels run jammed (4 nodes x 16 hidden units, packed weights converted on
+    upload); nodes with a missing child take the guarded loop, levels of 1-3 nodes the
+    partial-chunk blocks."""
+    rng = np.random.default_rng(11)
+    program = tree_lstm(form="per_level", dtype="float32", H=32)
+    source = cl_compiler.OpenCLRenderer(fast_math=fast_math).render(program)
+    assert source.relayout and "cx_vfloat16" in source
+    artifact = BACKEND.compiler.compile(source, {"form": form, "fast_math": fast_math})
+    batch = random_batch(rng, n_trees=7, max_leaves=9, arity=2)
+    bufs, sizes = inputs(batch, program, rng)
+    table = bufs["child_table"].copy()
+    inner = np.flatnonzero(table[:, 0] >= 0)
+    table[inner[::4], 1] = -1
+    bufs["child_table"] = table
+    want = interpret.run(program, bufs, sizes)
+    got = artifact.run(bufs, sizes)
+    for name in ("h", "c"):
+        _close(got[name], want[name], "float32")
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("form", ["per_level", "single_group"])
 @pytest.mark.parametrize("builder", [tree_rnn, child_sum, tree_lstm], ids=lambda b: b.__name__)
