@@ -63,7 +63,7 @@ LTYPE = {"int32": I32, "bool": I1, "float32": F32, "float64": F64}
 SIZEOF = {"int32": 4, "bool": 1, "float32": 4, "float64": 8}
 _INT_CMP = {"<": "<", "<=": "<=", ">": ">", ">=": ">=", "==": "==", "!=": "!="}
 MAX_THREADS = 64
-SPIN_BEFORE_YIELD = 2000  # barrier: pause-spins before yielding the core
+SPIN_BEFORE_YIELD = 100  # barrier: pause-spins (a few us) before yielding the core at every try
 WORKER_SPINS = 1 << 14  # idle worker: pause-spins before yielding, then sleeping
 PARTITIONED_KINDS = ("parallel", "gpu_group")
 FAST_REDUCE = ("reassoc", "contract")
