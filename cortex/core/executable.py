@@ -41,6 +41,7 @@ import numpy as np
 from cortex.core.backend import Backend, HostRuntime, Source
 from cortex.core.graph import RecursiveGraph
 from cortex.core.interpret import np_dtype
+from cortex.core.linearize import linearize
 from cortex.core.loopir import Program, shape_function
 from cortex.core.outputs import Outputs
 from cortex.core.schedule import Schedule
@@ -156,8 +157,6 @@ class Executable:
             # features) in ``Lowered.bind_batch``, which raises BatchMismatchError
             structures.validate()
             return structures
-        from cortex.core.linearize import linearize
-
         return linearize(structures, vocab=vocab, **self._linearize)
 
     def __call__(self, structures: Any, *, vocab: Any = None) -> Outputs:
