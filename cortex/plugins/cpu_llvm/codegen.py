@@ -249,7 +249,7 @@ class _Module:
             fn.linkage = "internal"
             fn.attributes.add("noinline")
             fn.attributes.add("nounwind")
-            fn.attributes.add("readnone") if hasattr(fn.attributes, "add") else None
+            fn.attributes.add("readnone")
             self.fns[name] = fn
             gen = _HostExpr(ll.IRBuilder(fn.append_basic_block("entry")), {})
             gen.mod = self
