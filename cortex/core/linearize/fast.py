@@ -117,6 +117,8 @@ def child_table_batch(items: list[Any], arity: Any) -> LinearizedBatch | None:
 # tuples/lists of such ints is therefore a sequence of 5-byte records in pre-order.
 _RECORD = np.dtype([("code", "u1"), ("val", "<i4")])
 _BOX = bytes(1 if c in b"([" else 0 for c in range(256))  # type byte -> 1 for a container
+_ONE = np.ones(1, np.intp)  # the root record of a one-structure batch
+_ONE.setflags(write=False)
 _NO_VOCAB = 1 << 63  # an unsigned bound every non-negative int64 token is below
 
 
@@ -201,10 +203,10 @@ def nested_batch(items: list[Any], arity: Any, vocab_size: Any) -> LinearizedBat
     deep = np.maximum.reduceat(depth, spans)[0::2]
     deep -= depth[inner]
     height[inner] = deep
-    is_root = depth[:r] == 1
-    root_rec = is_root.nonzero()[0]
+    # the roots: the records at depth 1 (one structure: record 1)
+    root_rec = _ONE if nb == 1 else (depth[:r] == 1).nonzero()[0]
     if arity is not None:
-        return _fixed_arity_forest(val, inner, end, height, is_root, root_rec, arity)
+        return _fixed_arity_forest(val, inner, end, height, root_rec, arity)
     # parent: the last earlier record one level up (a later one at that depth would have
     # closed the parent's subtree first)
     by_depth = depth[:r].astype(narrow).argsort(kind="stable")
@@ -231,7 +233,7 @@ def nested_batch(items: list[Any], arity: Any, vocab_size: Any) -> LinearizedBat
 
 
 def _fixed_arity_forest(val: np.ndarray, inner: np.ndarray, end: np.ndarray,
-                        height: np.ndarray, is_root: np.ndarray, root_rec: np.ndarray,
+                        height: np.ndarray, root_rec: np.ndarray,
                         k: int) -> LinearizedBatch | None:
     """The batch of :func:`nested_batch` when every internal node has exactly ``k`` children:
     child j + 1 of a node is the record after child j's subtree, so the child table comes
@@ -242,19 +244,6 @@ def _fixed_arity_forest(val: np.ndarray, inner: np.ndarray, end: np.ndarray,
     nb = len(root_rec)
     if n * k > _asm.MAX_TABLE_ENTRIES:
         return None
-    # the children of every internal node (in pre-order) as node ids (record - 1)
-    inr = inner[1:]
-    # next[v]: the node after node v's subtree (node id = record - 1, so the record after
-    # record p's subtree, end + 1, is node end; a leaf's is the next record, node v + 1)
-    nxt = np.arange(r)
-    nxt[inr] = end[1:]
-    nxt = nxt[1:]
-    kids = np.empty((len(inr), k), np.intp)
-    c = inr  # the first child of record p is record p + 1: node p
-    kids[:, 0] = c
-    for j in range(1, k):
-        c = nxt[c]
-        kids[:, j] = c
     # level order: stable by height = (height, input, the input's pre-order)
     nar = np.uint8 if r < 256 else np.uint16 if r < 65536 else np.intp
     hn = height[1:]
@@ -268,21 +257,36 @@ def _fixed_arity_forest(val: np.ndarray, inner: np.ndarray, end: np.ndarray,
     width = k if nl < n else 0  # the table is as wide as the widest node: 0 for lone leaves
     table = np.empty((n, width), INDEX_DTYPE)
     table[:nl] = -1
-    internal = inr - 1  # node ids of the internal nodes, ascending = the rows of kids
     if width:
-        table[nl:] = new_id[kids[internal.searchsorted(order[nl:])]]
+        # nxt[v]: the node after node v's subtree (node id = record - 1, so the record after
+        # record p's subtree, end + 1, is node end; a leaf's is the next record, node v + 1)
+        nxt = np.arange(r)
+        nxt[inner[1:]] = end[1:]
+        nxt = nxt[1:]
+        # the internal nodes in output order; the first child of node v is node v + 1, each
+        # next child the node after its elder sibling's subtree
+        c = order[nl:] + 1
+        table[nl:, 0] = new_id[c]
+        for j in range(1, k):
+            c = nxt[c]
+            table[nl:, j] = new_id[c]
     child_offsets = np.zeros(n + 1, INDEX_DTYPE)
     child_offsets[nl + 1:] = np.arange(k, k * (n - nl) + 1, k, dtype=INDEX_DTYPE)
-    root_pre = root_rec - 1
-    node_input = root_pre.searchsorted(order, "right")  # inputs: roots at or before the node
-    node_input -= 1
-    node_input = node_input.astype(INDEX_DTYPE)
-    roots = new_id[root_pre].astype(INDEX_DTYPE)
+    if nb == 1:  # one structure: every node is input 0's, and its root is the last node
+        node_input = np.zeros(n, INDEX_DTYPE)
+        roots = np.array([n - 1], INDEX_DTYPE)
+        starts = np.array([0, n], np.intp)
+    else:
+        root_pre = root_rec - 1
+        node_input = root_pre.searchsorted(order, "right")  # inputs: roots up to the node
+        node_input -= 1
+        node_input = node_input.astype(INDEX_DTYPE)
+        roots = new_id[root_pre].astype(INDEX_DTYPE)
+        starts = np.empty(nb + 1, np.intp)
+        starts[:-1] = root_pre
+        starts[-1] = n
     words = val[1:].astype(INDEX_DTYPE)[order]
     words[nl:] = -1
-    starts = np.empty(nb + 1, np.intp)
-    starts[:-1] = root_pre
-    starts[-1] = n
     for a in (level_offsets, child_offsets, table, roots, node_input, words):
         a.setflags(write=False)
     child_ids = table[nl:].reshape(-1)  # a view of the read-only table: read-only too
@@ -290,18 +294,20 @@ def _fixed_arity_forest(val: np.ndarray, inner: np.ndarray, end: np.ndarray,
         num_nodes=n, level_offsets=level_offsets, child_offsets=child_offsets,
         child_ids=child_ids, child_table=table, roots=roots, node_input=node_input,
         word_ids=words, features=None,
-        origin=Origin(order, node_input, _KidsTree(kids, internal, starts), starts),
+        origin=Origin(order, node_input, _TableKeys(table, order, nl, starts), starts),
         labels=None)
 
 
-class _KidsTree:
+class _TableKeys:
     """The origin keys of a fixed-arity batch: ``keys[b]`` is input ``b``'s :class:`PathKeys`,
-    built from the child rows on first use (only reading an origin key needs the parents)."""
+    built from the output child table on first use (only reading an origin key needs the
+    parents)."""
 
-    __slots__ = ("kids", "internal", "starts", "_local", "_keys")
+    __slots__ = ("table", "order", "nl", "starts", "_local", "_keys")
 
-    def __init__(self, kids: np.ndarray, internal: np.ndarray, starts: np.ndarray) -> None:
-        self.kids, self.internal, self.starts = kids, internal, starts
+    def __init__(self, table: np.ndarray, order: np.ndarray, nl: int,
+                 starts: np.ndarray) -> None:
+        self.table, self.order, self.nl, self.starts = table, order, nl, starts
         self._local: np.ndarray | None = None
         self._keys: dict[int, PathKeys] = {}
 
@@ -309,12 +315,13 @@ class _KidsTree:
         keys = self._keys.get(b)
         if keys is None:
             if self._local is None:
-                n = int(self.starts[-1])
-                parent = np.full(n, -1, np.intp)
-                k = self.kids.shape[1]
-                parent[self.kids.ravel()] = np.repeat(self.internal, k)
-                local = parent - np.repeat(self.starts[:-1], np.diff(self.starts))
-                local[self.starts[:-1]] = -1
+                order, starts = self.order, self.starts
+                parent = np.full(len(order), -1, np.intp)  # in input pre-order ids
+                k = self.table.shape[1]
+                if k:
+                    parent[order[self.table[self.nl:].ravel()]] = np.repeat(order[self.nl:], k)
+                local = parent - np.repeat(starts[:-1], np.diff(starts))
+                local[starts[:-1]] = -1
                 self._local = local
             lo, hi = int(self.starts[b]), int(self.starts[b + 1])
             keys = self._keys[b] = PathKeys(self._local[lo:hi].tolist())
