@@ -227,7 +227,6 @@ def build(model: Any, target: "Target", target_options: Mapping[str, Any],
         raise TypeError(f"cortex.compile takes a cortex model (a cortex.core.model.Model such as "
                         f"cortex.models.TreeLSTM(...)), not {type(model).__name__}")
     from cortex.core.executable import Executable
-    from cortex.core.loopir_verify import verify
     from cortex.core.lower import lower
     from cortex.core.passes.pipeline import DEFAULT_PASSES, run_passes
     from cortex.core.schedule import ScheduleError, ScheduleSpace
@@ -256,8 +255,7 @@ def build(model: Any, target: "Target", target_options: Mapping[str, Any],
     if dump:
         dump.write("loops", str(lower(graph, neutral_schedule(schedule), caps, dtype).program))
 
-    lowered = lower(graph, schedule, caps, dtype)
-    verify(lowered.program, caps)
+    lowered = lower(graph, schedule, caps, dtype)  # verified against caps by lower itself
     dump.write("loops_scheduled", str(lowered.program))
 
     # The params' preparation (derived tables: big matmuls and copies in NumPy, which release
