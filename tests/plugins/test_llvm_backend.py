@@ -256,8 +256,9 @@ def test_interchanged_and_jammed_levels_match_the_reference():
 
 
 def test_jammed_groups_with_a_failing_guard_run_node_by_node():
-    """Leaves without a token (word id -1) fail the leaf guard: their group of JAM runs node by
-    node; the others are jammed. Both agree with the interpreter."""
+    """Leaves without a token (word id -1) fail the leaf guard (the leaf loop has no reductions,
+    so it is split over nodes, not interchanged nor jammed); the internal levels are jammed,
+    with the shared node-by-node fallback for failing guards. Both agree with the interpreter."""
     p = T.vectorize(T.vectorize(tree_lstm(H=16, dtype="float32"), "j", 8), "jl", 8)
     bufs, sizes = _case(p)
     words = bufs["word_ids"].copy()

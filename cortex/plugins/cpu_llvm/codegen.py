@@ -1481,6 +1481,12 @@ def interchange_node_loop(loop: ir.For) -> list[ir.For] | None:
     loop (the lowering's ``parallel="hidden"`` or ``"both"``)."""
     if not _is_node_loop(loop):
         return None
+    if loop.kind == "parallel" and INTERCHANGE_NEEDS_REDUCE and not _contains(
+            loop.body, lambda n: isinstance(n, ir.Reduce)):
+        # no weights to keep in L2 (the leaves: gathers from the embedding table): threads split
+        # the nodes, and each node's rows are read front to back (the hardware prefetcher
+        # follows them; interchanged, every step touched a new row of a 61 MB table)
+        return None
     lets: list[tuple[str, ir.Expr]] = []
     body = loop.body
     while isinstance(body, ir.Let):
@@ -1573,6 +1579,7 @@ class _JamFor(ir.For):
     iterations are independent, so several nodes may be computed together (jammed)."""
 
 
+INTERCHANGE_NEEDS_REDUCE = True  # a node-parallel loop without reductions is not interchanged
 JAM = 8  # nodes computed together: one weight vector load feeds JAM FMAs
 #: (group size, fewest nodes left that run it) in order; a group run with fewer nodes left than
 #: its size repeats its last node (only when JAM_PAD and the body reads nothing it stores, else
