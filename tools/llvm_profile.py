@@ -33,6 +33,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--reps", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--shared-us", type=float, default=25.0,
+                    help="a barrier wait above this (us) flags a call as disturbed")
     a = ap.parse_args(argv)
     model = TreeLSTM(vocab=20000, embed=a.hidden, hidden=a.hidden)
     exe = cortex.compile(model, target="llvm", threads=a.threads, profile=True)
@@ -45,11 +47,25 @@ def main(argv: list[str] | None = None) -> None:
         exe.run(lin)
         p = prog.profile()
         runs.append((p["events"][0][-1, 1] if len(p["events"][0]) else 0.0, p))
+    # per level, over every call whose threads recorded the same barriers: the slower thread's
+    # work (min and median) -- robust on a shared machine, where a call whose wait at some
+    # barrier exceeds --shared-us most likely had both threads on one core
+    works = [np.max(np.array(r[1]["compute"]), axis=0) for r in runs
+             if len({len(c) for c in r[1]["compute"]}) == 1]
+    shared = sum(1 for r in runs if any(len(w) and w.max() > a.shared_us for w in r[1]["wait"]))
     runs.sort(key=lambda r: r[0])
     total, p = runs[len(runs) // 2]
     nth = len(p["compute"])
     print(f"batch {a.batch}: {lin.num_nodes} nodes, {lin.num_levels} levels, {nth} threads; "
-          f"median call {total:.1f} us (min {runs[0][0]:.1f})")
+          f"median call {total:.1f} us (min {runs[0][0]:.1f}); {shared} of {len(runs)} calls waited "
+          f"> {a.shared_us:g} us at a barrier (threads sharing a core?)")
+    if works:
+        w = np.array(works)
+        print("per barrier, slower thread's work over all calls (us):")
+        print("  min    " + " ".join(f"{x:6.1f}" for x in w.min(axis=0)) + f"   sum {w.min(axis=0).sum():.1f}")
+        print("  median " + " ".join(f"{x:6.1f}" for x in np.median(w, axis=0))
+              + f"   sum {np.median(w, axis=0).sum():.1f}")
+    print("the median call:")
     print("starts (us): " + " ".join(f"t{t}={p['start'][t]:.1f}" for t in range(nth)))
     head = "barrier  nodes " + " ".join(f"  t{t} work   t{t} wait" for t in range(nth))
     print(head)
