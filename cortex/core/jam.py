@@ -187,7 +187,8 @@ def _jam_loop(loop: ir.For, jam: int, vector: int, max_accs: int, fresh: str,
         return None
     jn = hidden.var
     inner = _bound(hidden.body) | {jn}
-    node_lets = {let.var for let in lets}
+    # node lets that name another node: read from an index buffer (a child id), never ``v``
+    node_lets = {let.var for let in lets if any(isinstance(x, ir.Load) for x in ir.walk(let.value))}
     stores = _stores(hidden.body)
     stored = {s.buffer for s in stores}
     if not all(s.index and s.index[0] == ir.Var(v) for s in stores):

@@ -130,3 +130,16 @@ def test_relaid_weights_make_the_fused_loads_contiguous(name, layout):
     want = interpret.run(program, bufs, sizes)
     got = interpret.run(jammed, physical_arrays(jammed, bufs), sizes)
     np.testing.assert_allclose(got["h"], want["h"], rtol=1e-12, atol=1e-12)
+
+
+def test_a_sum_reading_its_own_row_through_a_let_is_not_moved():
+    program = _serial_hidden(tree_rnn(form="per_level", dtype="float64", H=8))
+
+    def own_row(n: ir.Node) -> ir.Node | None:  # let c0 = v (+ 0): the node itself, not a child
+        if isinstance(n, ir.Let) and n.var == "c0":
+            return replace(n, value=ir.Var("v") + 0)
+        return None
+
+    program = ir.transform(program, own_row)
+    _, changed = jam_nodes(program, jam=3, vector=4)
+    assert "level" not in changed
