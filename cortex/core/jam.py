@@ -46,8 +46,9 @@ sums it fuses are ``sum`` reductions with constant bounds whose bodies use nothi
 the hidden loop but its variable. Moving those sums ahead of the stores of the other hidden
 units of the block is legal because every store of the hidden body is at the node's own row
 (first index ``v``) while every load of a stored buffer inside a fused sum is at a row named by
-a node let (a child: a node is never its own child in a linearized structure), and the node loop
-is ``parallel`` (its iterations are independent). Anything else is left unchanged.
+a node let that loads it from an index buffer (a child: a node is never its own child in a
+linearized structure), and the node loop is ``parallel`` (its iterations are independent).
+Anything else is left unchanged.
 """
 
 from __future__ import annotations
