@@ -13,8 +13,9 @@ Stages (DESIGN.md, "Pipeline"), each dumped by ``dump=`` as one numbered file::
                              against the target's Capabilities
     05_source.<ext>          render:         the backend's source (see source_extension)
 
-then ``compile`` (the backend's compiler, with its cache key) and the executable, which
-uploads the params once. The params are prepared (``Lowered.prepare_params``: derived tables in
+then ``compile`` (the backend's compiler, with its cache key) — :func:`build_artifact` runs
+the stages up to here (compile-only checks use it: no device needed) — and the executable,
+which uploads the params once (:func:`build`). The params are prepared (``Lowered.prepare_params``: derived tables in
 the compile dtype, weight layouts) in a worker thread that runs while the backend renders and
 compiles; it is joined before the executable is made, and its error, if any, is raised as is. The backend is created and the schedule resolved first,
 so a target without a code generator or an illegal schedule fails before any tracing.
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from cortex.core.backend import Backend
     from cortex.core.executable import Executable
     from cortex.core.graph import RecursiveGraph
+    from cortex.core.lower import Lowered
     from cortex.core.schedule import Schedule, ScheduleSpace
     from cortex.core.targets import Target
 
@@ -218,15 +220,30 @@ class _Dumper:
             path.write_text(text if text.endswith("\n") else text + "\n")
 
 
-def build(model: Any, target: "Target", target_options: Mapping[str, Any],
-          options: CompileOptions = CompileOptions()) -> "Executable":
-    """Run every stage for ``model`` on ``target`` and return the executable."""
+@dataclass(frozen=True)
+class Built:
+    """Every stage's product up to the backend's compiler (what an Executable is made of)."""
+
+    lowered: "Lowered"
+    backend: "Backend"
+    source: Any
+    cache_key: str
+    artifact: Any
+    prepared: Mapping[str, np.ndarray] | None  # the prepared params; None when not asked for
+
+
+def build_artifact(model: Any, target: "Target", target_options: Mapping[str, Any],
+                   options: CompileOptions = CompileOptions(), *,
+                   prepare_params: bool = True) -> Built:
+    """Run every stage for ``model`` on ``target`` up to and including the backend's compiler.
+
+    With ``prepare_params`` the params are prepared in a worker thread beside rendering and
+    compiling; without it (compile-only checks: no device needed) they are not touched."""
     from cortex.core.model import Model
 
     if not isinstance(model, Model):
         raise TypeError(f"cortex.compile takes a cortex model (a cortex.core.model.Model such as "
                         f"cortex.models.TreeLSTM(...)), not {type(model).__name__}")
-    from cortex.core.executable import Executable
     from cortex.core.lower import lower
     from cortex.core.passes.pipeline import DEFAULT_PASSES, run_passes
     from cortex.core.schedule import ScheduleError, ScheduleSpace
@@ -260,17 +277,29 @@ def build(model: Any, target: "Target", target_options: Mapping[str, Any],
 
     # The params' preparation (derived tables: big matmuls and copies in NumPy, which release
     # the GIL) runs in a worker thread while the backend renders and compiles.
-    prep = _Worker(lowered.prepare_params, model.params)
+    prep = _Worker(lowered.prepare_params, model.params) if prepare_params else None
     try:
         source = backend.renderer.render(lowered.program)
         dump.write("source", source, source_extension(backend, source))
         key = backend.compiler.cache_key(source, target_options)
         artifact = backend.compiler.compile(source, target_options)
     finally:
-        prep.join()  # never leave the worker running, whatever happened here
-    return Executable(target=target.name, options=target_options, lowered=lowered,
-                      backend=backend, source=source, artifact=artifact, cache_key=key,
-                      params=model.params, model_name=model.name, prepared=prep.result())
+        if prep is not None:
+            prep.join()  # never leave the worker running, whatever happened here
+    return Built(lowered, backend, source, key, artifact,
+                 prep.result() if prep is not None else None)
+
+
+def build(model: Any, target: "Target", target_options: Mapping[str, Any],
+          options: CompileOptions = CompileOptions()) -> "Executable":
+    """Run every stage for ``model`` on ``target`` and return the executable."""
+    from cortex.core.executable import Executable
+
+    b = build_artifact(model, target, target_options, options)
+    return Executable(target=target.name, options=target_options, lowered=b.lowered,
+                      backend=b.backend, source=b.source, artifact=b.artifact,
+                      cache_key=b.cache_key, params=model.params, model_name=model.name,
+                      prepared=b.prepared)
 
 
 class _Worker(threading.Thread):

@@ -14,8 +14,8 @@ sample<i>      the i-th random legal schedule of the target's space (seeded; ful
 
 :func:`compile_only` runs the pipeline's stages up to and including the backend compiler — trace,
 graph passes, backend, schedule, lower, verify, render, compile — without building the
-Executable (which uploads the params, so it needs a device). It uses the same stage functions as
-``cortex.core.pipeline.build``; the suite checks that both give the same source and cache key.
+Executable (which uploads the params, so it needs a device): it is
+``cortex.core.pipeline.build_artifact``, the first half of ``cortex.core.pipeline.build``.
 """
 
 from __future__ import annotations
@@ -79,27 +79,16 @@ class Built:
 
 
 def compile_only(model: Any, target: str, *, dtype: str, schedule: Any = None) -> Built:
-    """Every stage of ``cortex.core.pipeline.build`` up to the backend's compiler."""
+    """Every stage of ``cortex.core.pipeline.build`` up to the backend's compiler
+    (``cortex.core.pipeline.build_artifact`` without preparing the params)."""
     from cortex.core.api import resolve_target
-    from cortex.core.loopir_verify import verify
-    from cortex.core.lower import lower
-    from cortex.core.passes.pipeline import DEFAULT_PASSES, run_passes
-    from cortex.core.pipeline import compile_options, resolve_schedule
-    from cortex.core.schedule import ScheduleSpace
-    from cortex.core.trace import trace
+    from cortex.core.pipeline import build_artifact, compile_options
 
     resolved, options = resolve_target(target)
     shared = compile_options(resolved.name, {"dtype": dtype, "schedule": schedule})
-    graph = run_passes(trace(model), DEFAULT_PASSES)
-    be = resolved.create_backend(options)
-    space = ScheduleSpace(be.capabilities, shared.dtype or model.dtype)
-    sched = resolve_schedule(resolved.name, space, shared.schedule)
-    lowered = lower(graph, sched, be.capabilities, shared.dtype or model.dtype)
-    verify(lowered.program, be.capabilities)
-    source = be.renderer.render(lowered.program)
-    key = be.compiler.cache_key(source, options)
-    artifact = be.compiler.compile(source, options)
-    return Built(resolved.name, lowered.program, sched, source, artifact, key)
+    b = build_artifact(model, resolved, options, shared, prepare_params=False)
+    return Built(resolved.name, b.lowered.program, b.lowered.schedule, b.source, b.artifact,
+                 b.cache_key)
 
 
 _EXECUTABLES: dict[tuple[str, str, str, str], Any] = {}

@@ -344,3 +344,24 @@ def test_the_executable_keeps_its_own_params():
     for a in model.params.values():
         a[...] = 0.0  # the model's arrays change; the executable's copies must not
     np.testing.assert_array_equal(exe(TREES).nodes("h"), before)
+
+
+def test_build_artifact_is_the_first_half_of_build(monkeypatch):
+    """compile-only checks (no device) use build_artifact: same source and key as a full build,
+    and with prepare_params=False the params are never prepared."""
+    from cortex.core.api import resolve_target
+    from cortex.core.lower import Lowered
+
+    model = TreeLSTM(vocab=7, embed=3, hidden=4)
+    target, options = resolve_target("numpy")
+    exe = cortex.compile(model, target="numpy")
+    full = pipeline.build_artifact(model, target, options)
+    assert str(full.source) == str(exe.source) and full.cache_key == exe.cache_key
+    assert full.prepared is not None and set(full.prepared) == set(exe.lowered.prepare_params(model.params))
+
+    def boom(self, params):
+        raise AssertionError("params prepared in a compile-only build")
+
+    monkeypatch.setattr(Lowered, "prepare_params", boom)
+    bare = pipeline.build_artifact(model, target, options, prepare_params=False)
+    assert bare.prepared is None and bare.cache_key == exe.cache_key
