@@ -124,16 +124,28 @@ def _var_names(node: ir.Node) -> frozenset:
     hit = _NAMES.get(id(node))
     if hit is not None and hit[0] is node:
         return hit[1]
-    if isinstance(node, ir.Var):
-        out = frozenset((node.name,))
-    else:
-        out = _EMPTY
-        for k in _kids(node):
-            kn = _var_names(k)
-            if kn:
-                out = out | kn if out else kn
-    _NAMES[id(node)] = (node, out)
-    return out
+    # iterative post-order (a kernel body nests one Let per value: deeper than Python recursion)
+    stack: list[tuple[ir.Node, bool]] = [(node, False)]
+    while stack:
+        n, done = stack.pop()
+        h = _NAMES.get(id(n))
+        if h is not None and h[0] is n:
+            continue
+        kids = list(_kids(n))
+        if not done and kids:
+            stack.append((n, True))
+            stack.extend((k, False) for k in kids)
+            continue
+        if isinstance(n, ir.Var):
+            out = frozenset((n.name,))
+        else:
+            out = _EMPTY
+            for k in kids:
+                kn = _NAMES[id(k)][1]
+                if kn:
+                    out = out | kn if out else kn
+        _NAMES[id(n)] = (n, out)
+    return _NAMES[id(node)][1]
 
 
 def _contains(node: ir.Node, pred) -> bool:
