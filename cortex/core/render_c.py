@@ -40,7 +40,14 @@ def entry_symbol(program: ir.Program) -> str:
     return f"{program.name}_run"
 
 
-class _Renderer:
+class CRenderer:
+    """One program's C-family source in one dialect: ``CRenderer(program, dialect).render()``.
+
+    The dialect tables (``cortex.core.dialects``) cover what differs between C, OpenCL C and
+    CUDA C. A backend that needs a statement form no table can express (e.g. OpenCL vector
+    statements) subclasses this class in its plugin and overrides the method that emits that
+    construct (``loop``, ``kernel``, ...), falling back to ``super()`` for everything else."""
+
     def __init__(self, program: ir.Program, d: Dialect) -> None:
         self.p = program
         self.d = d
@@ -421,4 +428,4 @@ def dynamic_shared_bytes(program: ir.Program, kernel: str, dialect: str | Dialec
 
 def render(program: ir.Program, dialect: str | Dialect = "c") -> str:
     """C-family source for ``program`` in ``dialect`` ("c", "opencl", "cuda" or a Dialect)."""
-    return _Renderer(program, get_dialect(dialect)).render()
+    return CRenderer(program, get_dialect(dialect)).render()

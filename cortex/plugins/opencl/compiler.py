@@ -87,7 +87,7 @@ def _lane_coefficient(e: ir.Expr, lane: str) -> int | None:
     return None
 
 
-class _VectorRenderer(render_c._Renderer):
+class _VectorRenderer(render_c.CRenderer):
     """The core C-family renderer plus OpenCL vector statements: a ``vectorized`` loop of 2-16
     iterations whose body is stores, where every access that depends on the loop variable is
     contiguous in it (last index ``lane + ...``, the others lane-free) and only ``+ - *`` combine
