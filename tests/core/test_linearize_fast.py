@@ -19,19 +19,24 @@ from cortex.core.linearize.assemble import assemble
 FIELDS = ("level_offsets", "child_offsets", "child_ids", "child_table", "roots", "node_input")
 
 
-def general(items: list[Any], arity: int | None = None) -> Any:
+def general(items: list[Any], arity: int | None = None, vocab_size: int | None = None) -> Any:
     return assemble([read_part(x, None, i) for i, x in enumerate(items)], arity=arity,
-                    vocab_size=None, feature_dim=None)
+                    vocab_size=vocab_size, feature_dim=None)
 
 
-def same(a: Any, b: Any) -> None:
+def same_fields(a: Any, b: Any, fields: tuple[str, ...]) -> None:
     assert a.num_nodes == b.num_nodes
-    for f in FIELDS:
+    for f in fields:
         x, y = getattr(a, f), getattr(b, f)
         assert x.dtype == y.dtype and x.shape == y.shape and (x == y).all(), f
         assert not x.flags.writeable
     assert list(a.origin) == list(b.origin)
-    assert a.word_ids is None and a.features is None and a.labels is None
+    assert a.features is None and a.labels is None
+
+
+def same(a: Any, b: Any) -> None:
+    same_fields(a, b, FIELDS)
+    assert a.word_ids is None
 
 
 @st.composite
@@ -136,22 +141,10 @@ def test_child_tables_keep_the_users_child_order_and_trim_width() -> None:
 NESTED_FIELDS = FIELDS + ("word_ids",)
 
 
-def general_nested(items: list[Any], arity: int | None = None,
-                   vocab_size: int | None = None) -> Any:
-    return assemble([read_part(x, None, i) for i, x in enumerate(items)], arity=arity,
-                    vocab_size=vocab_size, feature_dim=None)
-
-
 def same_nested(a: Any, b: Any) -> None:
-    assert a.num_nodes == b.num_nodes
-    for f in NESTED_FIELDS:
-        x, y = getattr(a, f), getattr(b, f)
-        assert x.dtype == y.dtype and x.shape == y.shape and (x == y).all(), f
-        assert not x.flags.writeable
-    assert list(a.origin) == list(b.origin)
+    same_fields(a, b, NESTED_FIELDS)
     for v, (i, key) in enumerate(b.origin):
         assert a.origin.row(i, key) == v
-    assert a.features is None and a.labels is None
 
 
 nested_ok = st.recursive(st.integers(0, 30), lambda kids: st.one_of(
@@ -164,11 +157,11 @@ nested_ok = st.recursive(st.integers(0, 30), lambda kids: st.one_of(
 def test_nested_fused_equals_general(items: list[Any]) -> None:
     got = fast.nested_batch(items, None, None)
     assert got is not None
-    same_nested(got, general_nested(items))
-    same_nested(linearize(items, cache=False), general_nested(items))
+    same_nested(got, general(items))
+    same_nested(linearize(items, cache=False), general(items))
     for arity, vocab_size in ((2, 31), (3, None), (None, 10)):
         try:
-            want = general_nested(items, arity, vocab_size)
+            want = general(items, arity, vocab_size)
         except StructureError as exc:
             assert fast.nested_batch(items, arity, vocab_size) is None
             with pytest.raises(type(exc)) as info:
@@ -205,5 +198,5 @@ def test_nested_fused_declines_other_types() -> None:
     assert fast.nested_batch([deep], 2, None) is None
     assert linearize([deep], arity=2, cache=False).num_levels == 5001
     # a lone token is a one-node tree, and a token outside the vocabulary is the general error
-    same_nested(fast.nested_batch([7], None, None), general_nested([7]))
+    same_nested(fast.nested_batch([7], None, None), general([7]))
     assert fast.nested_batch([(1, 9)], 2, 9) is None
