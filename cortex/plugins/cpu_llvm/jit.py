@@ -1,10 +1,10 @@
 """LLVM machinery of the ``llvm`` target: target machines, the optimization pipeline, the JIT.
 
 Pipeline position: after :mod:`cortex.plugins.cpu_llvm.codegen` has built an ``llvmlite.ir``
-module for a scheduled LoopProgram, :func:`compile_module` parses it, optimizes it with the new
-pass builder (loop and SLP vectorization on, LLVM's O3 pipeline by default) for a long-lived
-target machine, and hands it to an MCJIT engine; the returned :class:`JitModule` gives function
-addresses for ctypes.
+module for a scheduled LoopProgram, :class:`JitModule` parses it, optimizes it with a short
+pass list (:data:`PASSES`: the generator already emits vectorized, unrolled, SSA code; LLVM's O3
+pipeline is kept behind :data:`LLVM_DEFAULT_PIPELINE`) for a long-lived target machine, and
+hands it to an MCJIT engine; the :class:`JitModule` gives function addresses for ctypes.
 
 Target machines are created once per (cpu, opt level) and kept for the life of the process. The
 ``host`` CPU means ``get_host_cpu_name()`` *and* ``get_host_cpu_features()`` (without the
@@ -99,17 +99,32 @@ def new_target_machine(cpu: str = "host", opt_level: int = 3) -> llvm.TargetMach
         raise ValueError(f"LLVM cannot generate code for cpu={cpu!r}: {exc}") from None
 
 
-#: LLVM's loop unroller (and SLP vectorizer) at opt_level >= 2. Off: the code generator already
-#: emits vectorized loops as straight-line SIMD code and jams nodes so a reduction loop has
-#: enough independent FMAs; unrolling its 256-trip loops again only multiplies the code the
-#: back end compiles (about half of the optimize + JIT time for the TreeLSTM).
+#: Module passes run at ``opt_level >= 1`` (LLVM pass names; llvmlite's ``add_<name>_pass``).
+#: The generator already emits SSA values, SIMD vectors, the unrolling and the node jam, so
+#: inlining its helpers, SROA, one instcombine and CFG clean-up are what is left to do. LLVM's
+#: O3 pipeline took 0.18-0.21 s of the TreeLSTM h256's cold compile (instcombine alone about
+#: 40 %, run eight times) and this list 0.03 s; the TreeLSTM's kernel results are bit-identical
+#: and its b1/b10 native calls as fast (interleaved A/B, docs/llvm.md), and every zoo model
+#: keeps its vector code (same scalar FP instruction counts or fewer, f32 and f64).
+PASSES: tuple[str, ...] = ("always_inliner", "sroa", "instruction_combine", "simplify_cfg")
+
+#: True: LLVM's default ``O<opt_level>`` pipeline instead of :data:`PASSES` (loop vectorization
+#: and interleaving on, unrolling and SLP vectorization as set below).
+LLVM_DEFAULT_PIPELINE = False
+
+#: LLVM's loop unroller (and SLP vectorizer) in its default pipeline at opt_level >= 2. Off: the
+#: code generator already emits vectorized loops as straight-line SIMD code and jams nodes so a
+#: reduction loop has enough independent FMAs; unrolling its 256-trip loops again only
+#: multiplies the code the back end compiles (about half of the optimize + JIT time for the
+#: TreeLSTM).
 LOOP_UNROLLING = False
 SLP_VECTORIZATION = False
 
 
 def optimize(module: llvm.ModuleRef, tm: llvm.TargetMachine, opt_level: int) -> None:
-    """Run LLVM's default pipeline at ``opt_level`` with loop vectorization (and interleaving)
-    on, SLP vectorization and loop unrolling as set above."""
+    """Optimize ``module`` for ``tm``: LLVM's O0 pipeline at ``opt_level`` 0, else
+    :data:`PASSES` (or, with :data:`LLVM_DEFAULT_PIPELINE`, LLVM's ``O<opt_level>`` pipeline with
+    loop vectorization and interleaving on, SLP vectorization and loop unrolling as set above)."""
     pto = llvm.create_pipeline_tuning_options(speed_level=opt_level)
     if opt_level >= 2:
         pto.loop_vectorization = True
@@ -117,7 +132,12 @@ def optimize(module: llvm.ModuleRef, tm: llvm.TargetMachine, opt_level: int) -> 
         pto.loop_interleaving = True
         pto.loop_unrolling = LOOP_UNROLLING
     pb = llvm.create_pass_builder(tm, pto)
-    mpm = pb.getModulePassManager()
+    if opt_level == 0 or LLVM_DEFAULT_PIPELINE:
+        pb.getModulePassManager().run(module, pb)
+        return
+    mpm = llvm.create_new_module_pass_manager()
+    for name in PASSES:
+        getattr(mpm, f"add_{name}_pass")()
     mpm.run(module, pb)
 
 
@@ -136,10 +156,16 @@ class JitModule:
             mod.triple = tm.triple
             mod.data_layout = str(tm.target_data)
             optimize(mod, tm, opt_level)
-            self.optimized_ir = str(mod)
             self.engine = llvm.create_mcjit_compiler(mod, new_target_machine(cpu, opt_level))
             self.engine.finalize_object()
+        self._module = mod  # owned by the engine; printed only when asked (optimized_ir)
         self.target_machine = tm
+
+    @property
+    def optimized_ir(self) -> str:
+        """The optimized module as LLVM IR text (for inspection and tests)."""
+        with _LOCK:
+            return str(self._module)
 
     def address(self, name: str) -> int:
         addr = self.engine.get_function_address(name)
@@ -149,5 +175,6 @@ class JitModule:
 
     def assembly(self) -> str:
         """The optimized module as target assembly (for inspection and tests)."""
+        text = self.optimized_ir
         with _LOCK:
-            return self.target_machine.emit_assembly(llvm.parse_assembly(self.optimized_ir))
+            return self.target_machine.emit_assembly(llvm.parse_assembly(text))
