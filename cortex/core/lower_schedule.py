@@ -136,6 +136,21 @@ def schedule_nest(stmt: ir.Stmt, var: str, extent: int, reduces: list[tuple[str,
         outer, target, target_extent = jo, jt, s.tile_hidden
         stats["tiled"] = stats.get("tiled", 0) + 1
     whole_vector = False  # the loop itself became the vector: nothing left to run in parallel
+    inner = _innermost_loop(stmt)
+    if s.vector_width > 1 and inner is not None and inner.var != var:
+        # a matrix nest (matmul, a matrix state's copy): its last axis is the contiguous one
+        # (rows of the state and of the right operand), so the lanes run along it and every
+        # access is a vector load/store; vectorizing the row loop made each lane a row apart
+        # (gathers/scatters, and a nested loop the SIMD emitter does not take)
+        trip = ir.const_int(inner.stop - inner.start)
+        if trip is not None and trip >= s.vector_width and trip % s.vector_width == 0:
+            stats["vectorized"] = stats.get("vectorized", 0) + 1
+            if trip == s.vector_width:
+                prog = lt.annotate(prog, inner.var, "vectorized")
+            else:
+                prog = lt.split(prog, inner.var, s.vector_width, outer=names.fresh(f"{inner.var}w"),
+                                inner=names.fresh(f"{inner.var}v"), inner_kind="vectorized")
+            target_extent = 0  # done: the row loop stays scalar
     if s.vector_width > 1 and target_extent >= s.vector_width:
         stats["vectorized"] = stats.get("vectorized", 0) + 1
         if target_extent == s.vector_width:
@@ -158,6 +173,16 @@ def schedule_nest(stmt: ir.Stmt, var: str, extent: int, reduces: list[tuple[str,
                 stats["lanes_max"] = max(stats.get("lanes_max", lanes), lanes)
                 return body
     return prog.kernels[0].body
+
+
+def _innermost_loop(stmt: ir.Stmt) -> ir.For | None:
+    """The innermost loop of a perfect nest ``for j0: for j1: ... body`` (lets allowed between)."""
+    last = None
+    while isinstance(stmt, (ir.For, ir.Let)):
+        if isinstance(stmt, ir.For):
+            last = stmt
+        stmt = stmt.body
+    return last
 
 
 def reduce_lanes_for(s: Schedule, caps: Capabilities, trip: int) -> int:
