@@ -13,6 +13,7 @@ and the notes. Everything is done with the pure primitives of ``cortex.core.loop
 ``unroll``             ``unroll_reduce`` on every GEMV reduction whose trip count it divides
 ``tile_hidden``        ``split`` of each hidden loop longer than the tile
 ``vector_width``       the innermost hidden part becomes a ``vectorized`` loop of that width
+                       (a multi-axis nest: its last, contiguous axis; a vector nest: the rows)
 ``parallel``           nodes / hidden / both -> ``parallel`` (CPU) or ``gpu_group`` (nodes) and
                        ``gpu_thread`` (hidden) on a grid target
 ``persistent``         grid targets with enough shared memory: ``cache`` of the weights in

@@ -393,3 +393,52 @@ def test_jammed_dag_rnn_with_per_node_child_ranges():
         threads = 2 if dtype == "float32" else 1
         exe = cortex.compile(model, target="llvm", threads=threads)
         _assert_matches(model, exe(grids), dtype, f"DAGRNN {dtype} threads {threads}")
+
+
+def test_mvrnn_matrix_products_are_column_vectors_and_match():
+    """MV-RNN's ``W_M [A; B]`` (a matrix-matrix product per node) and its matrix-state copies:
+    the lanes run along the contiguous column axis (one vector load of ``M[child, k, :]`` per
+    step, no gathers), the split column loop is widened to one ``<32 x float>`` value, and
+    the node loop is not interchanged (each row would re-read the level's child matrices).
+    Leaves, chains and a mix of levels; float32 with 2 threads, float64 with 1."""
+    from benchmarks.common import make_trees
+
+    trees = make_trees(3, 4, 3, 12, 30)
+    for dtype in ("float32", "float64"):
+        model = cortex.models.MVRNN(hidden=32, vocab=30, dtype=dtype, seed=4)
+        threads = 2 if dtype == "float32" else 1
+        exe = cortex.compile(model, target="llvm", threads=threads, cpu="skylake-avx512")
+        _assert_matches(model, exe(trees), dtype, f"MVRNN h32 {dtype} threads {threads}")
+        _assert_matches(model, exe([trees[0][0]]), dtype, f"MVRNN h32 {dtype} one leaf")
+    text = str(cortex.compile(cortex.models.MVRNN(hidden=32, vocab=30, seed=4), target="llvm",
+                              threads=2, cpu="skylake-avx512").source)
+    assert "<32 x float>" in text
+
+
+def test_widen_vector_nests_merges_a_split_column_loop_only_inside_a_row_loop():
+    W = 16
+    inner = ir.Let("j", ir.Var("jw") * W + ir.Var("jv"),
+                   ir.Store("out", (ir.Var("i"), ir.Var("j")), ir.Load("x", (ir.Var("i"), ir.Var("j")))))
+    split = ir.For("jw", 0, 4, ir.For("jv", 0, W, inner, "vectorized"))
+    wide = codegen.widen_vector_nests(ir.For("i", 0, 8, split))
+    assert isinstance(wide.body, ir.For) and wide.body.kind == "vectorized"
+    assert wide.body.var == "j" and ir.const_int(wide.body.stop) == 64
+    # a top-level split loop (a node loop's hidden loop: interchanged and jammed) is kept
+    assert codegen.widen_vector_nests(split) == split
+    # wider than WIDE_LANES: kept
+    big = ir.For("i", 0, 8, ir.For("jw", 0, 8, ir.For("jv", 0, W, inner, "vectorized")))
+    assert codegen.widen_vector_nests(big) == big
+
+
+def test_node_loop_reading_child_matrices_per_row_is_not_interchanged():
+    """``for v: for i: for j: sum_k W[i, k] * M[ch, k, j]`` re-reads node data that varies with
+    the column loop inside the row loop: interchanging would stream every node's matrix per row."""
+    k, i, j, v = (ir.Var(n) for n in ("k", "i", "j", "v"))
+    mm = ir.Reduce("sum", "k", 0, 8, ir.Load("W", (i, k)) * ir.Load("M", (ir.Var("ch"), k, j)))
+    rows = ir.For("i", 0, 8, ir.For("j", 0, 8, ir.Store("M", (v, i, j), mm)))
+    node = ir.For("v", ir.Load("level_offsets", (ir.Var("l"),)), ir.Load("level_offsets", (ir.Var("l") + 1,)),
+                  ir.Let("ch", ir.Load("child_table", (v, 0)), rows), "parallel")
+    assert codegen.interchange_node_loop(node) is None
+    gemv = ir.For("i", 0, 8, ir.Store("h", (v, i), ir.Reduce("sum", "k", 0, 8, ir.Load("W", (i, k)) * ir.Load("h", (ir.Var("ch"), k)))))
+    node2 = ir.For("v", node.start, node.stop, ir.Let("ch", ir.Load("child_table", (v, 0)), gemv), "parallel")
+    assert codegen.interchange_node_loop(node2) is not None
