@@ -396,7 +396,9 @@ def test_jammed_dag_rnn_with_per_node_child_ranges():
 
 
 def test_mvrnn_matrix_products_are_column_vectors_and_match():
-    """MV-RNN's ``W_M [A; B]`` (a matrix-matrix product per node) and its matrix-state copies:
+    """MV-RNN's ``W_M [A; B]`` (a matrix-matrix product per node), ``A b`` (a child's matrix
+    times a vector: a scalar row loop whose dot products run on vectors along the row) and its
+    matrix-state copies:
     the lanes run along the contiguous column axis (one vector load of ``M[child, k, :]`` per
     step, no gathers), the split column loop is widened to one ``<32 x float>`` value, and
     the node loop is not interchanged (each row would re-read the level's child matrices).
@@ -413,6 +415,9 @@ def test_mvrnn_matrix_products_are_column_vectors_and_match():
     text = str(cortex.compile(cortex.models.MVRNN(hidden=32, vocab=30, seed=4), target="llvm",
                               threads=2, cpu="skylake-avx512").source)
     assert "<32 x float>" in text
+    # M[child, j, :] . h[:] (lanes across rows j would be 32 floats apart): a row loop whose
+    # dot products run along the row, on vectors
+    assert "lred_" in text
 
 
 def test_widen_vector_nests_merges_a_split_column_loop_only_inside_a_row_loop():

@@ -722,7 +722,100 @@ class _KernelGen:
                 mapping_b = ir.transform(e.body, lambda m, n=n: n.b if m == n else None)
                 return self.select(ir.Select(n.cond, ir.Reduce(e.op, e.var, e.start, e.stop, mapping_a),
                                              ir.Reduce(e.op, e.var, e.start, e.stop, mapping_b)))
+        width = self._lane_reduce_width(e)
+        if width:
+            return self.lane_reduce_loop(e, width)
         return self.reduce_loop(e)
+
+    def _lane_reduce_width(self, e: ir.Reduce) -> int:
+        """Lanes for running a scalar float sum along its own variable (see
+        :meth:`lane_reduce_loop`), or 0: outside vector code, a constant trip count that is a
+        multiple of the SIMD width, a body with a contiguous load along the variable (a row
+        of node data: ``M[child, j, k]``), no nested reduction and nothing that needs masking."""
+        if not LANE_REDUCE or self.vec is not None or self.compact or e.op != "sum":
+            return 0
+        dt = self.dtype(e.body)
+        if dt not in ir.FLOAT_DTYPES or not self.mod.vector_bits:
+            return 0
+        w = self.mod.vector_bits // (8 * SIZEOF[dt])
+        lo, hi = ir.const_int(e.start), ir.const_int(e.stop)
+        if w < 2 or lo is None or hi is None or hi - lo < w or (hi - lo) % w:
+            return 0
+        k = ir.Var(e.var)
+        if not any(isinstance(n, ir.Load) and n.index and n.index[-1] == k for n in _walk(e.body)):
+            return 0
+        for n in _walk(e.body):
+            if isinstance(n, (ir.Reduce, ir.Call)) and n is not e:
+                return 0
+            if isinstance(n, ir.Select) and _uses_var(n.cond, e.var) and (_needs_branch(n.a) or _needs_branch(n.b)):
+                return 0
+            if isinstance(n, ir.BinOp) and n.op in ("and", "or") and _needs_branch(n.b) and _uses_var(n, e.var):
+                return 0
+        return w
+
+    def lane_reduce_loop(self, e: ir.Reduce, width: int) -> ll.Value:
+        """``sum(k in lo..hi: body)`` with ``width`` values of ``k`` per step, as vector code
+        (``k = base + lane``: a load whose last index is ``k`` is one vector load), then one
+        horizontal sum. A scalar dot product along a row (MV-RNN's ``M[child, j, :] . h``,
+        where lanes across rows would be a whole row apart) costs ``trip / width`` vector FMAs
+        instead of a ``trip``-long dependent chain of scalar ones."""
+        b = self.b
+        dt = self.dtype(e.body)
+        vt = ll.VectorType(LTYPE[dt], width)
+        lo, hi = ir.const_int(e.start), ir.const_int(e.stop)
+        steps = (hi - lo) // width
+        parts = 2 if steps % 2 == 0 else 1
+        base, lane = f"{e.var}_base", f"{e.var}_lane"
+        body = ir.substitute(e.body, {e.var: ir.BinOp("+", ir.Var(base), ir.Var(lane))})
+        pre = b.block
+        body_bb, exit_bb = self.block(f"lred_{e.var}"), self.block(f"lred_{e.var}_end")
+        b.branch(body_bb)
+        b.position_at_end(body_bb)
+        i = b.phi(I32, name=e.var)
+        i.add_incoming(ll.Constant(I32, lo), pre)
+        init = self.const_like(vt, 0.0)
+        accs = [b.phi(vt) for _ in range(parts)]
+        for a in accs:
+            a.add_incoming(init, pre)
+        nxts = []
+        self.vec = _VecCtx(lane, width, 0, {lane}, {})
+        self.env[lane] = (ll.Constant(ll.VectorType(I32, width), list(range(width))), ir.INT)
+        try:
+            for q in range(parts):
+                iq = i if q == 0 else b.add(i, ll.Constant(I32, q * width), flags=["nsw"])
+                self.env[base] = (iq, ir.INT)
+                self.jam_off += 1
+                try:
+                    v = self.expr(body)
+                finally:
+                    del self.env[base]
+                    self.jam_off -= 1
+                if not _is_vec(v):
+                    v = self.splat(v, width)
+                nxts.append(self.combine("sum", dt, accs[q], v))
+        finally:
+            del self.env[lane]
+            self.vec = None
+        i_next = b.add(i, ll.Constant(I32, parts * width), flags=["nsw"])
+        end = b.block
+        latch = b.cbranch(b.icmp_signed("<", i_next, ll.Constant(I32, hi)), body_bb, exit_bb)
+        i.add_incoming(i_next, end)
+        for a, nxt in zip(accs, nxts):
+            a.add_incoming(nxt, end)
+        self._loop_md(latch, "compact", None)
+        b.position_at_end(exit_bb)
+        out = nxts[0]
+        for o in nxts[1:]:
+            out = self.combine("sum", dt, out, o)
+        w = width
+        while w > 1:  # horizontal sum: halve the vector
+            h = w // 2
+            lo_half = b.shuffle_vector(out, out, ll.Constant(ll.VectorType(I32, h), list(range(h))))
+            hi_half = b.shuffle_vector(out, out, ll.Constant(ll.VectorType(I32, h), list(range(h, w))))
+            out = b.fadd(lo_half, hi_half)
+            out.flags.extend(FAST_REDUCE)
+            w = h
+        return b.extract_element(out, ll.Constant(I32, 0))
 
     def _bound(self, cond: ir.Expr) -> bool:
         """Every variable of ``cond`` is bound here (not a let inside the reduce body)."""
@@ -1666,6 +1759,7 @@ class _JamFor(ir.For):
 
 
 INTERCHANGE_NEEDS_REDUCE = True  # a node-parallel loop without reductions is not interchanged
+LANE_REDUCE = True  # scalar float sums along a contiguous row run on vectors (lane_reduce_loop)
 RESTREAM_CHECK = True  # a node-parallel loop whose reductions read node matrices is not interchanged
 JAM = 8  # nodes computed together: one weight vector load feeds JAM FMAs
 #: (group size, fewest nodes left that run it) in order; a group run with fewer nodes left than
