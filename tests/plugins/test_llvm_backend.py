@@ -447,3 +447,37 @@ def test_node_loop_reading_child_matrices_per_row_is_not_interchanged():
     gemv = ir.For("i", 0, 8, ir.Store("h", (v, i), ir.Reduce("sum", "k", 0, 8, ir.Load("W", (i, k)) * ir.Load("h", (ir.Var("ch"), k)))))
     node2 = ir.For("v", node.start, node.stop, ir.Let("ch", ir.Load("child_table", (v, 0)), gemv), "parallel")
     assert codegen.interchange_node_loop(node2) is not None
+
+
+def test_dag_rnn_child_sum_is_distributed_over_its_linear_map():
+    """``Σ_pred W h_p`` -> ``W Σ_pred h_p`` (``cortex.core.passes.distribute_linear``): one
+    GEMV per node that the llvm target jams with the node's ``U x``, instead of one per child
+    inside a per-node CSR range (which runs node by node)."""
+    from cortex.core.passes import DEFAULT_PASSES, distribute_linear, run_passes
+
+    g = run_passes(cortex.models.DAGRNN(hidden=8, features=4).trace(), DEFAULT_PASSES)
+    vals = g.case("internal").value_map()
+    lins = [v for v in vals.values() if v.op == "linear"]
+    assert len(lins) == 2 and all(vals[v.args[1]].domain == "node" for v in lins)
+    red = next(v for v in vals.values() if v.op == "reduce_children")
+    assert vals[red.args[0]].op == "child_state"
+    # a linear with a bias (added once per child) is left alone
+    from cortex.core.model import Model
+
+    class Biased(Model):
+        def __init__(self):
+            super().__init__(arity=None, seed=0)
+            self.add_feature_input("x", 3)
+            self.add_state("h", (3,))
+            self.add_param("W", (3, 3))
+            self.add_param("b", (3,), init="zeros")
+
+        def leaf(self, g):
+            return {"h": g.input("x")}
+
+        def internal(self, g):
+            return {"h": g.reduce(g.linear("W", g.child("h"), "b"), "sum")}
+
+    bg = Biased().trace()
+    assert distribute_linear(bg) == bg or [v.op for v in distribute_linear(bg).case("internal").values] == \
+        [v.op for v in bg.case("internal").values]

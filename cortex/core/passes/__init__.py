@@ -6,6 +6,7 @@ Pipeline position: between tracing and the recursion lowering; the order lives i
 
 from cortex.core.passes.cse import cse
 from cortex.core.passes.dce import dce
+from cortex.core.passes.distribute import distribute_linear
 from cortex.core.passes.fold_constants import fold_constants
 from cortex.core.passes.fusion_groups import fusion_groups
 from cortex.core.passes.hoist import hoist_invariant
@@ -15,6 +16,7 @@ from cortex.core.passes.stack_gates import stack_gates
 __all__ = [
     "cse",
     "dce",
+    "distribute_linear",
     "fold_constants",
     "fusion_groups",
     "hoist_invariant",

@@ -6,7 +6,8 @@ the graph after every pass so a broken pass is caught where it happens.
 
 Order: fold constants (leaf cases written with zero children shrink) -> CSE (one id per distinct
 value, so "same input" is visible) -> DCE -> gate stacking -> hoisting (a stacked leaf
-projection of an embedding becomes one table) -> CSE -> DCE -> fusion groups (annotation; last).
+projection of an embedding becomes one table) -> distributing child sums over linear maps
+(``Σ_c W x_c`` -> ``W Σ_c x_c``) -> CSE -> DCE -> fusion groups (annotation; last).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Callable, Sequence
 from cortex.core.graph import RecursiveGraph, verify
 from cortex.core.passes.cse import cse
 from cortex.core.passes.dce import dce
+from cortex.core.passes.distribute import distribute_linear
 from cortex.core.passes.fold_constants import fold_constants
 from cortex.core.passes.fusion_groups import fusion_groups
 from cortex.core.passes.hoist import hoist_invariant
@@ -29,6 +31,7 @@ DEFAULT_PASSES: tuple[GraphPass, ...] = (
     dce,
     stack_gates,
     hoist_invariant,
+    distribute_linear,
     cse,
     dce,
     fusion_groups,
@@ -40,6 +43,7 @@ ALL_PASSES: dict[str, GraphPass] = {
     "dce": dce,
     "stack_gates": stack_gates,
     "hoist_invariant": hoist_invariant,
+    "distribute_linear": distribute_linear,
     "fusion_groups": fusion_groups,
 }
 
