@@ -481,3 +481,21 @@ def test_dag_rnn_child_sum_is_distributed_over_its_linear_map():
     bg = Biased().trace()
     assert distribute_linear(bg) == bg or [v.op for v in distribute_linear(bg).case("internal").values] == \
         [v.op for v in bg.case("internal").values]
+
+
+def test_a_loop_left_to_llvms_vectorizer_gets_the_default_pipeline(monkeypatch):
+    """The short pass list has no loop vectorizer: a module whose generator left a loop scalar
+    with the vectorize hint (a guarded tail) is optimized with LLVM's default pipeline, one
+    that the generator fully vectorized is not."""
+    from cortex.plugins.cpu_llvm import jit
+
+    seen: list[bool] = []
+    real = jit.optimize
+    monkeypatch.setattr(jit, "optimize", lambda m, tm, lvl, default=False: (seen.append(default), real(m, tm, lvl, default))[1])
+    tail = T.split(tree_lstm(H=16), "j", 6, inner="jt", inner_kind="vectorized")
+    cp = CompiledProgram(tail, threads=1)
+    assert jit.VECTORIZE_HINT in cp.ir and seen == [True]
+    bufs, sizes = _case(tail)
+    _outputs_close(tail, cp.run(bufs, sizes), run(tail, dict(bufs), sizes), "float32")
+    vec = _vectorize_j(tree_lstm(H=16), "j", 8)
+    assert jit.VECTORIZE_HINT not in CompiledProgram(vec, threads=1).ir and seen == [True, False]

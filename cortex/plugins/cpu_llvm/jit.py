@@ -121,9 +121,22 @@ LOOP_UNROLLING = False
 SLP_VECTORIZATION = False
 
 
-def optimize(module: llvm.ModuleRef, tm: llvm.TargetMachine, opt_level: int) -> None:
+#: The metadata the generator puts on a loop it left scalar for LLVM's loop vectorizer (a loop
+#: whose lanes would need masking, see codegen). :data:`PASSES` has no loop vectorizer (llvmlite
+#: does not expose it alone), so a module carrying it gets LLVM's default pipeline: measured,
+#: MV-RNN's matrix products ran 4x slower without it before they got their own vector code.
+VECTORIZE_HINT = "llvm.loop.vectorize.enable"
+
+
+def wants_default_pipeline(ir_text: str) -> bool:
+    """Whether the module asks for LLVM's loop vectorizer (or :data:`LLVM_DEFAULT_PIPELINE`)."""
+    return LLVM_DEFAULT_PIPELINE or VECTORIZE_HINT in ir_text
+
+
+def optimize(module: llvm.ModuleRef, tm: llvm.TargetMachine, opt_level: int,
+             default_pipeline: bool = False) -> None:
     """Optimize ``module`` for ``tm``: LLVM's O0 pipeline at ``opt_level`` 0, else
-    :data:`PASSES` (or, with :data:`LLVM_DEFAULT_PIPELINE`, LLVM's ``O<opt_level>`` pipeline with
+    :data:`PASSES` (or, with ``default_pipeline``, LLVM's ``O<opt_level>`` pipeline with
     loop vectorization and interleaving on, SLP vectorization and loop unrolling as set above)."""
     pto = llvm.create_pipeline_tuning_options(speed_level=opt_level)
     if opt_level >= 2:
@@ -132,7 +145,7 @@ def optimize(module: llvm.ModuleRef, tm: llvm.TargetMachine, opt_level: int) -> 
         pto.loop_interleaving = True
         pto.loop_unrolling = LOOP_UNROLLING
     pb = llvm.create_pass_builder(tm, pto)
-    if opt_level == 0 or LLVM_DEFAULT_PIPELINE:
+    if opt_level == 0 or default_pipeline or LLVM_DEFAULT_PIPELINE:
         pb.getModulePassManager().run(module, pb)
         return
     mpm = llvm.create_new_module_pass_manager()
@@ -155,7 +168,7 @@ class JitModule:
                 raise LLVMBackendError(f"generated LLVM IR is invalid: {exc}\n--- IR ---\n{ir_text}") from None
             mod.triple = tm.triple
             mod.data_layout = str(tm.target_data)
-            optimize(mod, tm, opt_level)
+            optimize(mod, tm, opt_level, wants_default_pipeline(ir_text))
             self.engine = llvm.create_mcjit_compiler(mod, new_target_machine(cpu, opt_level))
             self.engine.finalize_object()
         self._module = mod  # owned by the engine; printed only when asked (optimized_ir)
