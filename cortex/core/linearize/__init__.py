@@ -150,7 +150,7 @@ def linearize(structures: Any, *, arity: int | None = None, vocab_size: int | No
     keys: list[Any] = [None] * len(items)
     bkey = None
     if cache and _cache.STATE.enabled:
-        keys = [_cache.input_key(x, vocab) for x in items]
+        keys = _cache.input_keys(items, vocab)
         if None not in keys:
             bkey = (tuple(keys), arity, vocab_size, feature_dim)
             hit = _cache.STATE.batches.get(bkey)

@@ -9,7 +9,7 @@ input itself, never a hash alone, so a collision can never return a wrong batch:
   hashing them would cost a full walk anyway).
 
 Two LRU caches: whole batches (default 256 entries; batches whose key exceeds 1 MiB are not
-stored) and parsed s-expressions (default 4096 entries). Returned batches have read-only arrays,
+stored, and an input whose arrays alone exceed it is not even keyed) and parsed s-expressions (default 4096 entries). Returned batches have read-only arrays,
 so sharing them is safe. Switch off with ``set_cache(enabled=False)`` or per call with
 ``linearize(..., cache=False)``.
 """
@@ -97,13 +97,17 @@ def vocab_key(vocab: Any) -> Any:
     return False if fp is None else fp
 
 
-def _array_key(v: Any) -> Any:
+def _as_key_array(v: Any) -> Any:
     if v is None or isinstance(v, (int, np.integer)):
         return v
     arr = np.asarray(v)
     if arr.dtype == object:
         raise TypeError
-    return (arr.dtype.str, arr.shape, arr.tobytes())
+    return arr
+
+
+def _array_key(v: Any) -> Any:
+    return v if not isinstance(v, np.ndarray) else (v.dtype.str, v.shape, v.tobytes())
 
 
 _ARRAY_FORMS = (forms.ParentArray, forms.ChildTable, forms.EdgeList, forms.Sequence, forms.Grid)
@@ -111,8 +115,39 @@ _FIELDS = {t: tuple(f.name for f in dataclasses.fields(t) if f.name != "vocab")
            for t in _ARRAY_FORMS}
 
 
-def input_key(x: Any, vocab: Any) -> Any:
-    """A hashable, exact key for input ``x``, or None when it is not cacheable."""
+def _array_bytes(x: Any) -> int:
+    """Bytes of an array-form input's arrays (0 for other inputs, or arrays of objects)."""
+    t = type(x)
+    if t not in _ARRAY_FORMS:
+        return 0
+    # the common cases without the generic walk: one array holds (nearly) all the bytes
+    if t is forms.Grid and x.words is None and type(x.features) is np.ndarray:
+        return x.features.nbytes
+    if t is forms.Sequence and type(x.items) is np.ndarray:
+        return x.items.nbytes
+    if (t is forms.ParentArray or t is forms.ChildTable) and x.words is None \
+            and x.features is None and x.labels is None:
+        arr = x.parents if t is forms.ParentArray else x.table
+        if type(arr) is np.ndarray:
+            return arr.nbytes
+    try:
+        return sum(a.nbytes for a in map(_as_key_array, (getattr(x, n) for n in _FIELDS[type(x)]))
+                   if isinstance(a, np.ndarray))
+    except (TypeError, ValueError):
+        return 0
+
+
+def input_keys(items: list[Any], vocab: Any) -> list[Any]:
+    """Each input's key (None: not cacheable). Array forms are keyed only when the batch's
+    arrays stay within :data:`MAX_KEY_BYTES`: beyond it the batch would not be stored, and
+    copying and hashing megabytes of features costs more than linearizing them."""
+    fits = sum(map(_array_bytes, items)) <= MAX_KEY_BYTES
+    return [input_key(x, vocab, arrays=fits) for x in items]
+
+
+def input_key(x: Any, vocab: Any, arrays: bool = True) -> Any:
+    """A hashable, exact key for input ``x``, or None when it is not cacheable (array forms:
+    also when ``arrays`` is False)."""
     t = type(x)
     if t is str:
         vk = vocab_key(vocab)
@@ -121,6 +156,8 @@ def input_key(x: Any, vocab: Any) -> Any:
         vk = vocab_key(vocab if x.vocab is None else x.vocab)
         lk = vocab_key(x.label_vocab)
         return None if vk is False or lk is False else ("s", x.text, vk, lk)
+    if not arrays:
+        return None
     if (t is forms.ParentArray or t is forms.ChildTable) and x.words is None \
             and x.features is None and x.labels is None:
         arr = x.parents if t is forms.ParentArray else x.table  # the common case, keyed
@@ -131,7 +168,7 @@ def input_key(x: Any, vocab: Any) -> Any:
         if vk is False:
             return None
         try:
-            fields = tuple(_array_key(getattr(x, name)) for name in _FIELDS[t])
+            fields = tuple(_array_key(_as_key_array(getattr(x, name))) for name in _FIELDS[t])
         except (TypeError, ValueError):
             return None
         return (t.__name__, fields, vk)
