@@ -179,6 +179,17 @@ def test_batches_too_big_to_store_are_not_keyed(monkeypatch) -> None:
     assert (a.features == b.features).all() and (a.features == linearize(big, cache=False).features).all()
 
 
+def test_features_follow_their_nodes_across_a_mixed_batch() -> None:
+    """Each output row carries the feature vector of the input node it came from."""
+    items = [ParentArray(np.array([-1, 0, 0, 1]), features=np.arange(4.0)[:, None]),
+             Grid(2, 3, features=(100 + np.arange(6.0)).reshape(2, 3, 1)),
+             Sequence(200 + np.arange(3.0)[:, None])]
+    batch = linearize(items, cache=False)
+    for row, (b, key) in enumerate(batch.origin):
+        local = key[0] * 3 + key[1] if b == 1 else key
+        assert batch.features[row, 0] == 100 * b + local
+
+
 def test_long_chain_no_recursion() -> None:
     n = 100_000
     limit = sys.getrecursionlimit()

@@ -291,7 +291,7 @@ def assemble(parts: list[Part], *, arity: int | None, vocab_size: int | None,
             raise batch.error(ArityError, f"has {arity_new[new_id[g]]} children; the model "
                               f"needs exactly {arity} (or 0 for a leaf)", g)
     words = _words(parts, batch, order, num_leaves, vocab_size)
-    features = _features(parts, feature_dim)
+    features = _features(parts, feature_dim, new_id, starts)
     labels = _labels(parts, batch)
 
     table = np.full((n, max_arity), -1, INDEX_DTYPE)
@@ -307,7 +307,7 @@ def assemble(parts: list[Part], *, arity: int | None, vocab_size: int | None,
         roots=_frozen(new_id[root_pre].astype(INDEX_DTYPE)),
         node_input=_frozen(node_input_new.astype(INDEX_DTYPE)),
         word_ids=words,
-        features=None if features is None else _frozen(features[order]),
+        features=None if features is None else _frozen(features),
         origin=Origin(order, node_input_new, [p.keys for p in parts], starts),
         labels=None if labels is None else _frozen(labels[order].astype(INDEX_DTYPE)),
     )
@@ -355,7 +355,10 @@ def _words(parts: list[Part], batch: _Batch, order: np.ndarray, num_leaves: int,
     return _frozen(w.astype(INDEX_DTYPE))
 
 
-def _features(parts: list[Part], feature_dim: int | None) -> np.ndarray | None:
+def _features(parts: list[Part], feature_dim: int | None, new_id: np.ndarray,
+              starts: np.ndarray) -> np.ndarray | None:
+    """The batch's feature vectors in output order (node ``new_id[g]`` of global id ``g``),
+    scattered from each input's array straight into one fresh array: one copy of the data."""
     if not _uniform(parts, "features", "feature vectors"):
         if feature_dim is not None:
             raise FeatureError(f"the model needs feature vectors of size {feature_dim}; "
@@ -366,7 +369,10 @@ def _features(parts: list[Part], feature_dim: int | None) -> np.ndarray | None:
     for b, d in enumerate(dims):
         if d != want:
             raise FeatureError(f"feature vectors have size {d}, expected {want}", input_index=b)
-    return parts[0].features if len(parts) == 1 else np.concatenate([p.features for p in parts])
+    out = np.empty((len(new_id), want), np.float64)
+    for p, s in zip(parts, starts.tolist()):
+        out[new_id[s:s + p.n]] = p.features
+    return out
 
 
 def _labels(parts: list[Part], batch: _Batch) -> np.ndarray | None:
