@@ -277,6 +277,21 @@ def inputs(batch: LinearizedBatch, program: ir.Program, rng: np.random.Generator
     return bufs, sizes
 
 
+def scheduled_case(program: ir.Program, seed: int = 0, arity: int | None = 2) -> tuple[dict, dict, LinearizedBatch]:
+    """:func:`inputs` on a random 4-tree batch, with every param in the layout ``program``'s
+    schedule gave it (packed weights etc.): buffers, sizes and the batch."""
+    from cortex.core import loop_transforms as T
+
+    rng = np.random.default_rng(seed)
+    batch = random_batch(rng, n_trees=4, arity=arity)
+    bufs, sizes = inputs(batch, program, rng)
+    for b in program.buffers:
+        if b.layout != ("row_major",):
+            logical = [ir.const_int(d) for d in b.logical_shape]
+            bufs[b.name] = T.to_layout(bufs[b.name].reshape(logical), b.layout)
+    return bufs, sizes, batch
+
+
 def reference(name: str, batch: LinearizedBatch, bufs: dict) -> np.ndarray:
     """A plain per-node NumPy loop computing the same model (float64)."""
     emb = bufs["Emb"].astype(np.float64)

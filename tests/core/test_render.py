@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from test_loopir_examples import child_sum, inputs, random_batch, tree_lstm, tree_lstm_reference, tree_rnn  # noqa: E402
+from test_loopir_examples import child_sum, scheduled_case, tree_lstm, tree_lstm_reference, tree_rnn  # noqa: E402
 
 from cortex.core import loop_transforms as T  # noqa: E402
 from cortex.core import loopir as ir  # noqa: E402
@@ -58,14 +58,7 @@ def _run_c(program: ir.Program, so: pathlib.Path, bufs: dict, sizes: dict) -> di
     return arrays
 
 
-def _case(program: ir.Program, seed: int = 0, arity=2):
-    rng = np.random.default_rng(seed)
-    batch = random_batch(rng, n_trees=4, arity=arity)
-    bufs, sizes = inputs(batch, program, rng)
-    for b in program.buffers:
-        if b.layout != ("row_major",):
-            bufs[b.name] = T.to_layout(bufs[b.name].reshape([ir.const_int(d) for d in b.logical_shape]), b.layout)
-    return bufs, sizes, batch
+_case = scheduled_case
 
 
 VARIANTS = {

@@ -24,7 +24,7 @@ ROOT = pathlib.Path(__file__).parents[1]
 sys.path.insert(0, str(ROOT / "core"))
 sys.path.insert(0, str(ROOT / "models"))
 sys.path.insert(0, str(ROOT.parent))  # benchmarks.common: parse-like trees
-from test_loopir_examples import child_sum, inputs, random_batch, tree_lstm, tree_rnn  # noqa: E402
+from test_loopir_examples import child_sum, scheduled_case, tree_lstm, tree_rnn  # noqa: E402
 
 import cortex  # noqa: E402
 import cortex.models  # noqa: E402,F401
@@ -45,14 +45,7 @@ def _outputs_close(program: ir.Program, got: dict, want: dict, dtype: str) -> No
 
 
 def _case(program: ir.Program, seed: int = 0, arity=2):
-    rng = np.random.default_rng(seed)
-    batch = random_batch(rng, n_trees=4, arity=arity)
-    bufs, sizes = inputs(batch, program, rng)
-    for b in program.buffers:
-        if b.layout != ("row_major",):
-            logical = [ir.const_int(d) for d in b.logical_shape]
-            bufs[b.name] = T.to_layout(bufs[b.name].reshape(logical), b.layout)
-    return bufs, sizes
+    return scheduled_case(program, seed, arity)[:2]
 
 
 # ------------------------------------------------------------------ hand-built programs
