@@ -45,13 +45,10 @@ def parent_array_batch(items: list[Any], arity: Any) -> LinearizedBatch | None:
         if not _plain(x, forms.ParentArray, p, 1):
             return None
         pars.append(p)
-    sizes = [len(p) for p in pars]
-    starts = _starts(sizes)
-    if starts is None:
+    joined = _joined(pars)
+    if joined is None:
         return None
-    par = np.concatenate(pars) if len(pars) > 1 else pars[0]
-    if par.dtype != np.intp:
-        par = par.astype(np.intp)
+    sizes, starts, par = joined
     # every parent in [-1, size of its input): as unsigned, par + 1 <= size (-2 and below wrap)
     p1 = par + 1
     if any(m > s for m, s in zip(np.maximum.reduceat(p1.view(np.uint64), starts[:-1]).tolist(),
@@ -81,13 +78,10 @@ def child_table_batch(items: list[Any], arity: Any) -> LinearizedBatch | None:
     k = tables[0].shape[1]
     if k == 0 or any(t.shape[1] != k for t in tables):
         return None
-    sizes = [len(t) for t in tables]
-    starts = _starts(sizes)
-    if starts is None:
+    joined = _joined(tables)
+    if joined is None:
         return None
-    table = np.concatenate(tables) if len(tables) > 1 else tables[0]
-    if table.dtype != np.intp:
-        table = table.astype(np.intp)
+    sizes, starts, table = joined
     flat = table.ravel()  # 1-D work: 2-D broadcasting and reductions cost more
     # every entry in [-1, size of its input): as unsigned, entry + 1 <= size
     t1 = (flat + 1).view(np.uint64)
@@ -326,6 +320,17 @@ class _TableKeys:
             lo, hi = int(self.starts[b]), int(self.starts[b + 1])
             keys = self._keys[b] = PathKeys(self._local[lo:hi].tolist())
         return keys
+
+
+def _joined(arrays: list[np.ndarray]) -> tuple[list[int], np.ndarray, np.ndarray] | None:
+    """Each input's node count, the inputs' start offsets and their rows joined as ``intp``
+    (None: the batch has too many nodes)."""
+    sizes = [len(a) for a in arrays]
+    starts = _starts(sizes)
+    if starts is None:
+        return None
+    joined = np.concatenate(arrays) if len(arrays) > 1 else arrays[0]
+    return sizes, starts, joined if joined.dtype == np.intp else joined.astype(np.intp)
 
 
 def _starts(sizes: list[int]) -> np.ndarray | None:
