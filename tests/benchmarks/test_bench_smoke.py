@@ -115,6 +115,9 @@ def test_summary_relates_targets_to_the_best_peer(doc: dict) -> None:
     assert s["best_peer_ms"] == min(s["peers_ms"].values())
     for t in s["targets"].values():
         assert t["speedup_vs_best_peer"] == pytest.approx(s["best_peer_ms"] / t["median_ms"])
+        # every Cortex executable has run() and linearize(): the like-for-like ratio is there
+        assert t["speedup_prepared_vs_best_peer"] == pytest.approx(
+            s["best_peer_ms"] / t["prelinearized_ms"])
 
 
 # ------------------------------------------------------------------ in-process unit tests
