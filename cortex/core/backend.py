@@ -24,6 +24,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from cortex.core.capabilities import Capabilities
+from cortex.core.hostmem import aligned_copy, aligned_zeros, as_aligned
 
 Source = str | bytes
 
@@ -112,25 +113,27 @@ class HostRuntime(Runtime):
 
     CPU backends (the interpreter, JIT-compiled or C-compiled code called in-process) only
     implement :meth:`launch`; a launch runs to completion, so :meth:`synchronize` has nothing
-    to wait for. :meth:`stage` passes a C-contiguous array through without a copy (a launch
-    never writes a read-only buffer: the LoopProgram verifier rejects such stores, and the
-    launch is over before the call returns); :meth:`fetch` is one ``copy()``; :meth:`adopt`
-    keeps the handed-over array. A subclass that
-    overrides :meth:`upload` or :meth:`download` overrides these two as well.
+    to wait for. Buffers that live across calls (params, pooled outputs) start on a cache line
+    (:mod:`cortex.core.hostmem`): :meth:`allocate` and :meth:`upload` make them so, and
+    :meth:`adopt` keeps a handed-over array that already is (else copies it once). :meth:`stage`
+    passes a C-contiguous per-call input through without a copy (a launch never writes a
+    read-only buffer: the LoopProgram verifier rejects such stores, and the launch is over
+    before the call returns); :meth:`fetch` is one ``copy()``. A subclass that overrides
+    :meth:`upload` or :meth:`download` overrides these two as well.
     """
 
     def allocate(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-        return np.zeros(shape, dtype)
+        return aligned_zeros(shape, dtype)
 
     def upload(self, array: np.ndarray) -> np.ndarray:
-        return np.array(array, copy=True, order="C")
+        return aligned_copy(array)
 
     def download(self, buffer: np.ndarray, out: np.ndarray) -> np.ndarray:
         out[...] = buffer
         return out
 
     def adopt(self, array: np.ndarray) -> np.ndarray:
-        return array if array.flags.c_contiguous else self.upload(array)
+        return as_aligned(array)
 
     def stage(self, array: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(array)

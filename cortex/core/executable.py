@@ -124,9 +124,10 @@ class Executable:
     @staticmethod
     def _upload_param(runtime: Any, a: np.ndarray, params: Mapping[str, np.ndarray]) -> Any:
         """A prepared param on the device: handed over (no copy on a host runtime) when it is
-        a fresh array of its own, else uploaded (a copy: the caller's arrays stay theirs)."""
+        a fresh array, sharing no memory with the caller's params, else uploaded (a copy: the
+        caller's arrays stay theirs)."""
         a = np.ascontiguousarray(a)
-        if a.flags.owndata and not any(a is p for p in params.values()):
+        if not any(np.may_share_memory(a, p) for p in params.values()):
             return runtime.adopt(a)
         return runtime.upload(a)
 

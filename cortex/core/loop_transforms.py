@@ -25,6 +25,7 @@ from dataclasses import replace
 import numpy as np
 
 from cortex.core import loopir as ir
+from cortex.core.hostmem import aligned_copy
 
 
 class TransformError(ir.LoopIRError):
@@ -239,11 +240,11 @@ def to_layout(array: np.ndarray, layout: tuple) -> np.ndarray:
     if layout[0] == "row_major":
         return np.ascontiguousarray(array)
     if layout[0] == "transposed":
-        return np.ascontiguousarray(array.T)
+        return aligned_copy(array.T)  # a copy anyway: on a cache line (cortex.core.hostmem)
     if layout[0] == "packed":
         w = layout[1]
         r, c = array.shape
-        return np.ascontiguousarray(array.reshape(r // w, w, c).transpose(0, 2, 1))
+        return aligned_copy(array.reshape(r // w, w, c).transpose(0, 2, 1))
     raise TransformError(f"unknown layout {layout!r}")
 
 

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Collection, Mapping
 import numpy as np
 
 from cortex.core.graph import RecursiveGraph
+from cortex.core.hostmem import aligned_empty
 from cortex.core.model_errors import ParamError
 
 if TYPE_CHECKING:
@@ -46,7 +47,10 @@ def compute_derived(recipe: str, args: list[np.ndarray], dtype: Any = np.float64
     if recipe == "concat0":
         return np.concatenate(args, axis=0)
     if recipe == "embed_linear":
-        out = args[0] @ args[1].T
+        # the table is a param of the compiled program: made on a cache line (no second copy
+        # when a host runtime adopts it, see cortex.core.hostmem)
+        out = aligned_empty((args[0].shape[0], args[1].shape[0]), dtype)
+        np.matmul(args[0], args[1].T, out=out)
         if len(args) == 3:
             out += args[2]
         return out
