@@ -17,6 +17,18 @@ from cortex.core.linearize import fast
 from cortex.core.linearize.assemble import assemble
 
 FIELDS = ("level_offsets", "child_offsets", "child_ids", "child_table", "roots", "node_input")
+_saved_native: Any = None
+
+
+def setup_module() -> None:
+    """These tests are about the NumPy path: a compiled filler a backend installed earlier in
+    the session (the llvm plugin's) is set aside meanwhile."""
+    global _saved_native
+    _saved_native = fast.set_native_nested(None)
+
+
+def teardown_module() -> None:
+    fast.set_native_nested(_saved_native)
 
 
 def general(items: list[Any], arity: int | None = None, vocab_size: int | None = None) -> Any:

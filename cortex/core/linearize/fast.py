@@ -116,6 +116,101 @@ _ONE.setflags(write=False)
 _NO_VOCAB = 1 << 63  # an unsigned bound every non-negative int64 token is below
 
 
+# ---------------------------------------------------------------- compiled fixed-arity twin
+# A backend that compiles code on the host may provide a native filler of the arrays below
+# (``set_native_nested``): the llvm plugin does. It reads the same marshal records and writes
+# the same batch as :func:`_fixed_arity_forest` (tests hold the two together); on anything it
+# does not handle -- a record of another type, a wrong child count, a token out of range, a
+# malformed stream -- it returns 0 and the NumPy path below runs (and, on an error, the general
+# path names it), so it changes the speed of a call, never its result or its errors.
+#
+# Contract: ``fill(raw, r, k, vocab, nb, arena_address) -> L`` (int32 arguments but the bytes,
+# ``vocab`` as uint32: a token t is valid when ``0 <= t < vocab``; the address of an int32
+# arena). The arena starts with NATIVE_HEADER int32 element offsets, in NATIVE_FIELDS order,
+# of arrays inside it; ``fill`` writes the output ones and may use the scratch ones as it likes.
+# L >= 1 is the number of levels, 0 means "not handled".
+NATIVE_FIELDS = (
+    # outputs
+    ("order", "n"),  # output row -> pre-order node id
+    ("level_offsets", "n + 2"),  # L + 1 used
+    ("child_offsets", "n + 1"),
+    ("table", "n * k"),  # [n, k], -1 for leaves
+    ("words", "n"),  # token, -1 for internal rows
+    ("node_input", "n"),
+    ("roots", "nb"),
+    # scratch (pre-order node ids)
+    ("height", "n"), ("word", "n"), ("input", "n"), ("children", "n * k"),
+    ("stack_node", "n + 1"), ("stack_left", "n + 1"), ("stack_max", "n + 1"),
+    ("root_pre", "nb"), ("count", "n + 1"), ("new_id", "n"),
+)
+NATIVE_HEADER = 32  # int32 slots before the first array (offsets, then padding)
+_native_fill: Any = None
+
+
+def set_native_nested(fill: Any) -> Any:
+    """Install (or, with None, remove) the compiled filler of fixed-arity nested batches;
+    returns the one installed before."""
+    global _native_fill
+    old, _native_fill = _native_fill, fill
+    return old
+
+
+def native_layout(n: int, k: int, nb: int) -> tuple[list[int], int]:
+    """The element offsets of NATIVE_FIELDS in the arena and its total int32 length."""
+    sizes = {"n": n, "n + 2": n + 2, "n + 1": n + 1, "n * k": n * k, "nb": nb}
+    offsets, at = [], NATIVE_HEADER
+    for _, size in NATIVE_FIELDS:
+        offsets.append(at)
+        at += sizes[size]
+    return offsets, at
+
+
+_layouts: dict[tuple[int, int, int], tuple[np.ndarray, int, tuple[int, ...]]] = {}
+
+
+def _layout(n: int, k: int, nb: int) -> tuple[np.ndarray, int, tuple[int, ...]]:
+    """``native_layout`` as (header array, total, offsets), kept for the shapes seen last."""
+    got = _layouts.get((n, k, nb))
+    if got is None:
+        if len(_layouts) >= 256:
+            _layouts.clear()
+        offsets, total = native_layout(n, k, nb)
+        got = _layouts[(n, k, nb)] = (np.array(offsets, INDEX_DTYPE), total, tuple(offsets))
+    return got
+
+
+def _native_batch(raw: bytes, r: int, k: int, vocab_size: Any) -> LinearizedBatch | None:
+    n = r - 1
+    nb = int.from_bytes(raw[1:5], "little", signed=True)
+    if raw[0] not in b"([" or not 1 <= nb <= n or n * k > _asm.MAX_TABLE_ENTRIES:
+        return None
+    header, total, o = _layout(n, k, nb)
+    arena = np.empty(total, INDEX_DTYPE)
+    arena[:len(header)] = header
+    vocab = 1 << 31 if vocab_size is None or vocab_size > 1 << 31 else max(int(vocab_size), 0)
+    levels = _native_fill(raw, r, k, vocab, nb, arena.ctypes.data)
+    if levels <= 0:
+        return None
+    arena.setflags(write=False)  # so every view below is read-only, as the NumPy path's
+    o_order, o_lo, o_co, o_table, o_words, o_input, o_roots = o[:7]
+    order = arena[o_order:o_order + n].astype(np.intp)
+    level_offsets = arena[o_lo:o_lo + levels + 1]
+    nl = int(level_offsets[1])
+    width = k if nl < n else 0  # as the NumPy path: no columns for a batch of lone leaves
+    table = arena[o_table:o_table + n * width].reshape(n, width)
+    node_input = arena[o_input:o_input + n]
+    o_root_pre = o[NATIVE_FIELDS.index(("root_pre", "nb"))]
+    starts = np.empty(nb + 1, np.intp)
+    starts[:-1] = arena[o_root_pre:o_root_pre + nb]
+    starts[-1] = n
+    return LinearizedBatch._trusted(
+        num_nodes=n, level_offsets=level_offsets, child_offsets=arena[o_co:o_co + n + 1],
+        child_ids=table[nl:].reshape(-1), child_table=table, roots=arena[o_roots:o_roots + nb],
+        node_input=node_input, word_ids=arena[o_words:o_words + n], features=None,
+        origin=Origin(order, node_input, _TableKeys(table, order, nl, starts), starts),
+        labels=None)
+
+
 def nested_batch(items: list[Any], arity: Any, vocab_size: Any) -> LinearizedBatch | None:
     """The batch, when ``items`` are nested tuples/lists whose leaves are non-negative int
     tokens (below ``vocab_size`` when given), with ``arity`` children on every internal node
@@ -136,6 +231,10 @@ def nested_batch(items: list[Any], arity: Any, vocab_size: Any) -> LinearizedBat
         return None
     if len(raw) % 5:
         return None
+    if _native_fill is not None and arity is not None and len(raw) > 5:
+        out = _native_batch(raw, len(raw) // 5, int(arity), vocab_size)
+        if out is not None:
+            return out
     codes = raw[::5]  # the type byte of every record
     if codes.translate(None, b"([i"):
         return None  # a record of another type: str, float, bool, None, a big int...

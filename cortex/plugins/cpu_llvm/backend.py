@@ -21,7 +21,7 @@ import numpy as np
 from cortex.core import loopir as ir
 from cortex.core.backend import Backend, Compiler, HostRuntime, Renderer, Source
 from cortex.core.capabilities import Capabilities
-from cortex.plugins.cpu_llvm import codegen
+from cortex.plugins.cpu_llvm import codegen, native_linearize
 from cortex.plugins.cpu_llvm.jit import cpu_info
 from cortex.plugins.cpu_llvm.runtime import CompiledProgram, usable_cpus
 
@@ -122,4 +122,5 @@ def artifact_dtype(b: ir.Buffer) -> np.dtype:
 
 def create_backend(options: Mapping[str, Any]) -> Backend:
     caps = capabilities(options)
+    native_linearize.install()  # once per process: the host linearizer's compiled twin
     return Backend(caps, LLVMRenderer(caps.vector_bits, bool(options.get("profile", False))), LLVMCompiler(), LLVMRuntime())
