@@ -186,6 +186,9 @@ def test_the_llvm_backend_installs_it() -> None:
     old = fast.set_native_nested(None)
     try:
         exe = cortex.compile(TreeFC(vocab=20, embed=4, hidden=8, seed=0), target="llvm")
+        worker = native_linearize._STATE.get("worker")
+        if worker is not None:  # built in the background the first time in a process
+            worker.join(timeout=60)
         assert fast._native_fill is native_linearize.native_fill()
         out = exe([(1, (2, 3)), 4])
         ref = cortex.compile(TreeFC(vocab=20, embed=4, hidden=8, seed=0), target="numpy")([(1, (2, 3)), 4])

@@ -1258,6 +1258,13 @@ class _KernelGen:
             shared = len(mine & {m for m in _walk(body) if isinstance(m, ir.Load)})
             cands.append((-shared, len(cands), r, ir.Reduce(r.op, e.var, r.start, r.stop, body)))
         cands.sort(key=lambda c: c[:2])
+        if FUSE_BALANCED and cands:
+            # the same number of loops, sizes as even as they go (10 reductions at most 3 a
+            # loop: 3 3 2 2, not 3 3 3 1 -- a loop of one reduction per node has too few
+            # accumulators to cover the FMA latency and a load for every FMA)
+            total = len(cands) + 1
+            loops = -(-total // (room + 1))
+            room = -(-total // loops) - 1
         return [(r, renamed) for _, _, r, renamed in cands[:room]]
 
     def _jam_reduce_loop(self, group: list[tuple[ir.Reduce, ir.Reduce]]) -> None:
@@ -1766,6 +1773,7 @@ JAM = 8  # nodes computed together: one weight vector load feeds JAM FMAs
 #: its size repeats its last node (only when JAM_PAD and the body reads nothing it stores, else
 #: a group needs its size); the nodes left after the last stage run one by one.
 JAM_STAGES: tuple[tuple[int, int], ...] = ((JAM, 6), (4, 3), (2, 2), (1, 1))
+FUSE_BALANCED = True  # a jam's fused loops get even shares of the reductions (see _fusable)
 FUSE_ACCS = 24  # a jammed reduction loop takes sibling reductions up to this many accumulators
 EXP_OUTLINED = True  # vector float32 exp: one noinline function per width (see _Module.exp_f32_fn)
 JAM_UNROLL = 2  # iterations of a jammed reduction loop per trip (constant trip counts)

@@ -38,7 +38,8 @@ PTR = ll.PointerType()
 NAME = "cx_lin_nested"
 _FILL = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_char_p, ctypes.c_int32, ctypes.c_int32,
                          ctypes.c_uint32, ctypes.c_int32, ctypes.c_void_p)
-_LOCK = threading.Lock()
+_LOCK = threading.Lock()  # the build
+_START = threading.Lock()  # the background start
 _STATE: dict[str, Any] = {}
 
 
@@ -282,9 +283,7 @@ def native_fill() -> Any:
         return _STATE["fill"]
 
 
-def install() -> None:
-    """Make the core linearizer use the compiled filler (idempotent). The filler only speeds
-    the linearizer up: if it cannot be built, a warning says why and the NumPy path stays."""
+def _build_and_install() -> None:
     try:
         fill = native_fill()
     except Exception as exc:  # noqa: BLE001 - an accelerator must not break a compile
@@ -292,3 +291,23 @@ def install() -> None:
                       f"path stays: {type(exc).__name__}: {exc}", RuntimeWarning, stacklevel=2)
         return
     fast.set_native_nested(fill)
+
+
+def install(wait: bool = False) -> None:
+    """Make the core linearizer use the compiled filler. The first time in a process it is
+    built in a background thread (~40 ms of LLVM, which releases the GIL: it overlaps the
+    kernel's code generation) and installed when ready; until then, and if it cannot be built
+    (a warning says why), the NumPy path runs: the filler only changes the speed. ``wait``:
+    build it here."""
+    with _START:
+        built = "fill" in _STATE
+        worker = _STATE.get("worker")
+        if not built and (worker is None or not worker.is_alive()) and not wait:
+            worker = _STATE["worker"] = threading.Thread(
+                target=_build_and_install, name="cortex-llvm-linearizer", daemon=True)
+            worker.start()
+            return
+    if built or wait:
+        if worker is not None:
+            worker.join()
+        _build_and_install()
