@@ -527,3 +527,13 @@ def test_exp_sigmoid_tanh_are_accurate_over_the_float32_range(vector):
             assert np.abs(y[ok] - ref[ok]).max() <= 3e-7, fn
             assert np.isfinite(y[~np.isnan(x64)]).all()
         assert np.isnan(y[np.isnan(x64)]).all(), fn
+
+
+def test_leaf_rows_of_the_embedding_table_are_prefetched_a_few_nodes_ahead(monkeypatch):
+    """The leaves gather E_proj[word_ids[u], :] (3 KB rows of a 61 MB table at h=256): the
+    partitioned leaf loop prefetches node u + GATHER_PREFETCH's row, a prefetch per line."""
+    model = cortex.models.TreeLSTM(vocab=50, embed=8, hidden=16, seed=0)  # rows of 3 * 16 floats
+    ir_text = cortex.compile(model, target="llvm").artifact.ir
+    assert ir_text.count("call void @\"llvm.prefetch.p0\"") == 3 * 16 * 4 // 64
+    monkeypatch.setattr(codegen, "GATHER_PREFETCH", 0)
+    assert "llvm.prefetch" not in cortex.compile(model, target="llvm").artifact.ir

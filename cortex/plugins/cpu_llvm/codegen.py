@@ -1389,6 +1389,8 @@ class _KernelGen:
         b.position_at_end(body_bb)
         i = b.phi(I32, name=s.var)
         i.add_incoming(start, pre)
+        if split and GATHER_PREFETCH:
+            self._prefetch_gathered_rows(s, i, stop)
         self.env[s.var] = (i, ir.INT)
         was = self.partitioned
         self.partitioned = was or split
@@ -1408,6 +1410,46 @@ class _KernelGen:
         if split:  # fork-join semantics of a CPU parallel loop (as OpenMP's implicit barrier)
             b.call(self.barrier_fn, [self.nth, self.tid])
         self.last_loop_synced = split
+
+    def _prefetch_gathered_rows(self, s: ir.For, i: ll.Value, stop: ll.Value) -> None:
+        """A node loop whose body gathers rows of a param by a per-node index (the leaves'
+        ``E_proj[word_ids[u], :]``, rows of a table too big for any cache): prefetch the rows
+        of node ``i + GATHER_PREFETCH`` (clamped to the thread's last node), whole rows of at
+        most 16 KB, one prefetch per cache line. Such a loop waits on memory: each node's
+        rows are a few dozen lines from DRAM, and the out-of-order window reaches only the
+        next node's first ones."""
+        body = s.body
+        if not (isinstance(body, ir.Let) and isinstance(body.value, ir.Load)
+                and body.value.index == (ir.Var(s.var),)
+                and self.p.buffer(body.value.buffer).role == "index"):
+            return
+        x = body.var
+        rows = []
+        for m in _walk(body.body):
+            if (isinstance(m, ir.Load) and m.buffer not in self.allocs and m.buffer not in rows
+                    and len(m.index) == 2 and m.index[0] == ir.Var(x)):
+                bf = self.p.buffer(m.buffer)
+                cols = ir.const_int(bf.shape[1])
+                if bf.role == "param" and cols is not None and 0 < cols * SIZEOF[bf.dtype] <= 16384:
+                    rows.append(m.buffer)
+        if not rows:
+            return
+        b = self.b
+        ahead = b.add(i, ll.Constant(I32, GATHER_PREFETCH))
+        last = b.sub(stop, ll.Constant(I32, 1))
+        ahead = b.select(b.icmp_signed("<", ahead, last), ahead, last)
+        xn = b.load(b.gep(self.ptrs[body.value.buffer], [b.sext(ahead, I64)], inbounds=True,
+                          source_etype=I32), typ=I32)
+        xn = b.sext(b.select(b.icmp_signed(">", xn, ll.Constant(I32, 0)), xn, ll.Constant(I32, 0)), I64)
+        fn = self.mod.decl("llvm.prefetch.p0", VOID, [PTR, I32, I32, I32])
+        for name in rows:
+            bf = self.p.buffer(name)
+            size = SIZEOF[bf.dtype]
+            cols = ir.const_int(bf.shape[1])
+            row = b.gep(self.ptrs[name], [b.mul(xn, ll.Constant(I64, cols))], source_etype=LTYPE[bf.dtype])
+            for off in range(0, cols * size, 64):
+                at = b.gep(row, [ll.Constant(I64, off)], source_etype=I8)
+                b.call(fn, [at, ll.Constant(I32, 0), ll.Constant(I32, 3), ll.Constant(I32, 1)])
 
     def emit(self) -> ll.Function:
         self.stmt(self.kernel.body)
@@ -1773,6 +1815,7 @@ JAM = 8  # nodes computed together: one weight vector load feeds JAM FMAs
 #: its size repeats its last node (only when JAM_PAD and the body reads nothing it stores, else
 #: a group needs its size); the nodes left after the last stage run one by one.
 JAM_STAGES: tuple[tuple[int, int], ...] = ((JAM, 6), (4, 3), (2, 2), (1, 1))
+GATHER_PREFETCH = 2  # a node loop gathering param rows prefetches the rows of the node this far ahead (0: off)
 FUSE_BALANCED = True  # a jam's fused loops get even shares of the reductions (see _fusable)
 FUSE_ACCS = 24  # a jammed reduction loop takes sibling reductions up to this many accumulators
 EXP_OUTLINED = True  # vector float32 exp: one noinline function per width (see _Module.exp_f32_fn)
