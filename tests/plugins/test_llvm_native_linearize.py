@@ -195,3 +195,20 @@ def test_the_llvm_backend_installs_it() -> None:
         np.testing.assert_allclose(out.root("h"), ref.root("h"), rtol=1e-5, atol=1e-6)
     finally:
         fast.set_native_nested(old)
+
+
+def test_a_filler_that_cannot_be_built_warns_once_and_leaves_the_numpy_path(monkeypatch) -> None:
+    state: dict[str, Any] = {}
+    monkeypatch.setattr(native_linearize, "_STATE", state)
+    monkeypatch.setattr(native_linearize, "_module", lambda: "this is not LLVM IR")
+    old = fast.set_native_nested(None)
+    try:
+        with pytest.warns(RuntimeWarning, match="compiled linearizer could not be built"):
+            native_linearize.install()
+            state["worker"].join(timeout=60)
+        assert fast._native_fill is None and "failed" in state
+        native_linearize.install()  # not tried again
+        assert "worker" in state and not state["worker"].is_alive()
+        assert linearize([(1, 2)], arity=2, cache=False).num_nodes == 3
+    finally:
+        fast.set_native_nested(old)

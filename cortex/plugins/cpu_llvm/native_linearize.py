@@ -287,27 +287,26 @@ def _build_and_install() -> None:
     try:
         fill = native_fill()
     except Exception as exc:  # noqa: BLE001 - an accelerator must not break a compile
+        _STATE["failed"] = f"{type(exc).__name__}: {exc}"  # said once, not tried again
         warnings.warn(f"cortex llvm: the compiled linearizer could not be built, the NumPy "
                       f"path stays: {type(exc).__name__}: {exc}", RuntimeWarning, stacklevel=2)
         return
     fast.set_native_nested(fill)
 
 
-def install(wait: bool = False) -> None:
+def install() -> None:
     """Make the core linearizer use the compiled filler. The first time in a process it is
     built in a background thread (~40 ms of LLVM, which releases the GIL: it overlaps the
     kernel's code generation) and installed when ready; until then, and if it cannot be built
-    (a warning says why), the NumPy path runs: the filler only changes the speed. ``wait``:
-    build it here."""
+    (a warning says why), the NumPy path runs: the filler only changes the speed."""
     with _START:
-        built = "fill" in _STATE
-        worker = _STATE.get("worker")
-        if not built and (worker is None or not worker.is_alive()) and not wait:
-            worker = _STATE["worker"] = threading.Thread(
-                target=_build_and_install, name="cortex-llvm-linearizer", daemon=True)
-            worker.start()
+        if "failed" in _STATE:
             return
-    if built or wait:
-        if worker is not None:
-            worker.join()
-        _build_and_install()
+        if "fill" not in _STATE:
+            worker = _STATE.get("worker")
+            if worker is None or not worker.is_alive():
+                worker = _STATE["worker"] = threading.Thread(
+                    target=_build_and_install, name="cortex-llvm-linearizer", daemon=True)
+                worker.start()
+            return
+    _build_and_install()  # built: installed again (a test may have set it aside)
