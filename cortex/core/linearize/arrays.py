@@ -7,6 +7,8 @@ index ranges, roots and cycles are checked once for the whole batch in ``assembl
 
 from __future__ import annotations
 
+import functools
+
 from typing import Any
 
 import numpy as np
@@ -170,16 +172,27 @@ def _grid(x: forms.Grid, vocab: Any, index: int) -> Part:
                                   input_index=index)
     rows, cols = int(rows), int(cols)
     n = rows * cols
-    ids = np.arange(n, dtype=np.int64)
+    ep, ec, height = _grid_structure(rows, cols)
+    return Part(n, None, (ep, ec), _words(x.words, n, vocab, index),
+                _features(x.features, n, index), None, GridKeys(cols), trusted=True,
+                height=height)
+
+
+@functools.lru_cache(maxsize=64)
+def _grid_structure(rows: int, cols: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A grid's edges (each cell's up, then left predecessor) and heights, read-only: the same
+    for every grid of this shape, so a batch of same-sized grids builds them once."""
+    ids = np.arange(rows * cols, dtype=np.int64)
     up = ids[cols:]
     left = ids[ids % cols != 0]
     ep = np.concatenate([up, left])
     ec = np.concatenate([up - cols, left - 1])
     which = np.concatenate([np.zeros(len(up), np.int8), np.ones(len(left), np.int8)])
     order = np.lexsort((which, ep))
-    return Part(n, None, (ep[order], ec[order]), _words(x.words, n, vocab, index),
-                _features(x.features, n, index), None, GridKeys(cols), trusted=True,
-                height=ids // cols + ids % cols)
+    out = (ep[order], ec[order], ids // cols + ids % cols)
+    for a in out:
+        a.setflags(write=False)
+    return out
 
 
 _READERS = {
