@@ -95,10 +95,14 @@ class LLVMCompiler(Compiler):
         program = getattr(source, "program", None)
         if not isinstance(program, ir.Program):
             raise TypeError("the llvm compiler takes what the llvm renderer returns (LLVMSource)")
-        return CompiledProgram(program, threads=int(options.get("threads", 0)),
-                               cpu=options.get("cpu", "host"), opt_level=int(options.get("opt_level", 3)),
-                               ir_text=str(source), profile=bool(options.get("profile", False)),
-                               pin=bool(options.get("pin", False)) or None)
+        compiled = CompiledProgram(program, threads=int(options.get("threads", 0)),
+                                   cpu=options.get("cpu", "host"), opt_level=int(options.get("opt_level", 3)),
+                                   ir_text=str(source), profile=bool(options.get("profile", False)),
+                                   pin=bool(options.get("pin", False)) or None)
+        # the host linearizer's compiled twin: once per process, built in the background after
+        # the kernel (inside the compile it took CPU from the kernel's code generation)
+        native_linearize.install()
+        return compiled
 
 
 class LLVMRuntime(HostRuntime):
@@ -122,5 +126,4 @@ def artifact_dtype(b: ir.Buffer) -> np.dtype:
 
 def create_backend(options: Mapping[str, Any]) -> Backend:
     caps = capabilities(options)
-    native_linearize.install()  # once per process: the host linearizer's compiled twin
     return Backend(caps, LLVMRenderer(caps.vector_bits, bool(options.get("profile", False))), LLVMCompiler(), LLVMRuntime())
