@@ -537,3 +537,17 @@ def test_leaf_rows_of_the_embedding_table_are_prefetched_a_few_nodes_ahead(monke
     assert ir_text.count("call void @\"llvm.prefetch.p0\"") == 3 * 16 * 4 // 64
     monkeypatch.setattr(codegen, "GATHER_PREFETCH", 0)
     assert "llvm.prefetch" not in cortex.compile(model, target="llvm").artifact.ir
+
+
+def test_the_address_reader_agrees_with_ctypes():
+    """The launch reads a new array's data address from the array object in place (a probe
+    decided at import that this interpreter and NumPy lay it out so): the same address as
+    ``a.ctypes.data`` for fresh arrays, views, offsets and read-only arrays."""
+    from cortex.plugins.cpu_llvm import runtime
+
+    base = np.arange(100, dtype=np.int32)
+    ro = base[10:20]
+    ro.setflags(write=False)
+    for a in (base, base[3:], base[::1][7:], base.reshape(10, 10)[2:], ro,
+              np.zeros((3, 4), np.float32), np.ascontiguousarray(np.eye(3)[1:])):
+        assert runtime._address(a) == a.ctypes.data
