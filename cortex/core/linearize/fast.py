@@ -144,6 +144,7 @@ NATIVE_FIELDS = (
     ("root_pre", "nb"), ("count", "n + 1"), ("new_id", "n"),
 )
 NATIVE_HEADER = 32  # int32 slots before the first array (offsets, then padding)
+_ROOT_PRE = [name for name, _ in NATIVE_FIELDS].index("root_pre")
 _native_fill: Any = None
 
 
@@ -199,7 +200,7 @@ def _native_batch(raw: bytes, r: int, k: int, vocab_size: Any) -> LinearizedBatc
     width = k if nl < n else 0  # as the NumPy path: no columns for a batch of lone leaves
     table = arena[o_table:o_table + n * width].reshape(n, width)
     node_input = arena[o_input:o_input + n]
-    o_root_pre = o[NATIVE_FIELDS.index(("root_pre", "nb"))]
+    o_root_pre = o[_ROOT_PRE]
     starts = np.empty(nb + 1, np.intp)
     starts[:-1] = arena[o_root_pre:o_root_pre + nb]
     starts[-1] = n

@@ -1426,12 +1426,13 @@ class _KernelGen:
         x = body.var
         rows = []
         for m in _walk(body.body):
-            if (isinstance(m, ir.Load) and m.buffer not in self.allocs and m.buffer not in rows
+            if (isinstance(m, ir.Load) and m.buffer not in self.allocs
+                    and m.buffer not in (name for name, _ in rows)
                     and len(m.index) == 2 and m.index[0] == ir.Var(x)):
                 bf = self.p.buffer(m.buffer)
                 cols = ir.const_int(bf.shape[1])
                 if bf.role == "param" and cols is not None and 0 < cols * SIZEOF[bf.dtype] <= 16384:
-                    rows.append(m.buffer)
+                    rows.append((m.buffer, cols))
         if not rows:
             return
         b = self.b
@@ -1442,12 +1443,10 @@ class _KernelGen:
                           source_etype=I32), typ=I32)
         xn = b.sext(b.select(b.icmp_signed(">", xn, ll.Constant(I32, 0)), xn, ll.Constant(I32, 0)), I64)
         fn = self.mod.decl("llvm.prefetch.p0", VOID, [PTR, I32, I32, I32])
-        for name in rows:
-            bf = self.p.buffer(name)
-            size = SIZEOF[bf.dtype]
-            cols = ir.const_int(bf.shape[1])
-            row = b.gep(self.ptrs[name], [b.mul(xn, ll.Constant(I64, cols))], source_etype=LTYPE[bf.dtype])
-            for off in range(0, cols * size, 64):
+        for name, cols in rows:
+            dtype = self.p.buffer(name).dtype
+            row = b.gep(self.ptrs[name], [b.mul(xn, ll.Constant(I64, cols))], source_etype=LTYPE[dtype])
+            for off in range(0, cols * SIZEOF[dtype], 64):
                 at = b.gep(row, [ll.Constant(I64, off)], source_etype=I8)
                 b.call(fn, [at, ll.Constant(I32, 0), ll.Constant(I32, 3), ll.Constant(I32, 1)])
 

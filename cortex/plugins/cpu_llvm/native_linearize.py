@@ -98,15 +98,6 @@ class _Gen:
         self.b.cbranch(ok, nxt, self.fail)
         self.b.position_at_end(nxt)
 
-    def if_then(self, cond: ll.Value, then, name: str) -> None:
-        b = self.b
-        yes, after = self.fn.append_basic_block(f"{name}.then"), self.fn.append_basic_block(f"{name}.end")
-        b.cbranch(cond, yes, after)
-        b.position_at_end(yes)
-        then()
-        b.branch(after)
-        b.position_at_end(after)
-
 
 def _module() -> str:
     m = ll.Module(name="cortex_linearize")
