@@ -66,7 +66,10 @@ def test_host_runtime_buffers_are_aligned() -> None:
 
     rt = _Runtime()
     assert is_aligned(rt.allocate((3, 256), np.dtype(np.float32)))
-    src = np.arange(1000, dtype=np.float32)[4:]  # 16 bytes past a fresh array's start
+    base = aligned_zeros(1000, np.float32)
+    base[:] = np.arange(1000)
+    src = base[4:]  # 16 bytes past a cache line, whatever malloc returned
+    assert not is_aligned(src)
     up = rt.upload(src)
     assert is_aligned(up) and not np.shares_memory(up, src)
     kept = aligned_zeros(100, np.float32)
