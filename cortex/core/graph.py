@@ -8,7 +8,8 @@ Shape of the IR (all frozen dataclasses, hashable attrs):
 
 * ``params``: the model's named weights (:class:`ParamSpec`), plus ``derived`` params
   (:class:`DerivedParam`) that passes create, each with an explicit recipe over other params
-  (``concat0``: stack along axis 0; ``embed_linear``: ``E @ W.T`` (+ ``b``)). They are computed
+  (``concat0``: stack along axis 0; ``embed_linear``: ``E @ W.T`` (+ ``b``); ``leaf_state``: one
+  state of the leaf case for every token id, ``[vocab, *state shape]``). They are computed
   once, when params are bound (``cortex.core.params.bind_params``), never per call.
 * ``node_inputs``: per-node inputs (:class:`NodeInput`): a token id (``kind="word"``, int32
   scalar, with its vocabulary size) or a dense feature vector (``kind="features"``, ``(F,)``).
@@ -16,8 +17,11 @@ Shape of the IR (all frozen dataclasses, hashable attrs):
 * ``arity``: ``k`` for fixed-arity models (every internal node has exactly ``k`` children, child
   ``i`` read with ``child_state(state, index=i)``), ``None`` for variable arity (children read
   in a *per-child domain* and brought back with ``reduce_children``).
-* ``cases``: ``leaf`` (nodes without children) and ``internal``. A :class:`Case` is a tuple of
-  :class:`Value` in topological order plus the mapping state name -> value id.
+* ``cases``: ``leaf`` (nodes without children) and ``internal``, and optionally
+  ``preterminal``: the internal case specialized for the nodes of level 1, whose children are
+  all leaves (a pass derives it, see ``cortex.core.passes.preterminal``; it must compute what
+  ``internal`` computes for those nodes, so a consumer may use either). A :class:`Case` is a
+  tuple of :class:`Value` in topological order plus the mapping state name -> value id.
 * ``outputs``: which states are outputs, and whether for the roots only or for every node.
 
 Every value lives in one of three *domains*: ``invariant`` (depends only on params/constants:
@@ -38,12 +42,13 @@ Attrs = tuple[tuple[str, Any], ...]
 FLOAT_DTYPES = ("float32", "float64")
 DOMAINS = ("invariant", "node", "child")
 CASE_NAMES = ("leaf", "internal")
+OPTIONAL_CASES = ("preterminal",)  # level 1 (every child a leaf); see the module docstring
 
 ELEMENTWISE_BINARY = ("add", "sub", "mul")
 ELEMENTWISE_UNARY = ("sigmoid", "tanh", "relu")
 ELEMENTWISE_OPS = ELEMENTWISE_BINARY + ELEMENTWISE_UNARY
 REDUCTIONS = ("sum", "mean")
-DERIVED_RECIPES = ("concat0", "embed_linear")
+DERIVED_RECIPES = ("concat0", "embed_linear", "leaf_state")
 
 
 class GraphError(ValueError):
@@ -63,13 +68,18 @@ class ParamSpec:
 
 @dataclass(frozen=True)
 class DerivedParam:
-    """A param computed from other params at bind time: ``recipe(*args)``."""
+    """A param computed from other params at bind time: ``recipe(*args)``. ``attrs``: what the
+    recipe needs besides its args (``leaf_state``: ``(("state", name),)``)."""
 
     name: str
     recipe: str
     args: tuple[str, ...]
     shape: Shape
     dtype: str
+    attrs: Attrs = ()
+
+    def attr(self, key: str, default: Any = None) -> Any:
+        return dict(self.attrs).get(key, default)
 
 
 @dataclass(frozen=True)
@@ -222,6 +232,20 @@ def _rule_input(args, attrs, ctx):
     return i.shape, i.dtype
 
 
+def _rule_child_input(args, attrs, ctx):
+    _need_args(args, 0, "child_input")
+    name, index = attrs["name"], attrs.get("index")
+    if ctx.case == "leaf":
+        raise ShapeError("child_input: a leaf has no children")
+    if ctx.arity is None or not isinstance(index, int) or not 0 <= index < ctx.arity:
+        raise ShapeError(f"child_input: needs a fixed arity and a child index in [0, arity), "
+                         f"got index={index!r}, arity={ctx.arity!r}")
+    inp = ctx.node_inputs.get(name)
+    if inp is None or inp.kind != "word":
+        raise ShapeError(f"child_input: {name!r} is not a word input")
+    return (), "int32"
+
+
 def _rule_child_state(args, attrs, ctx):
     _need_args(args, 0, "child_state")
     name = attrs["state"]
@@ -368,6 +392,7 @@ SHAPE_RULES: dict[str, Callable[[tuple[Value, ...], dict, RuleContext], tuple[Sh
     "param": _rule_param,
     "input": _rule_input,
     "child_state": _rule_child_state,
+    "child_input": _rule_child_input,
     "reduce_children": _rule_reduce,
     "const": _rule_const,
     "embedding": _rule_embedding,
@@ -389,7 +414,7 @@ def infer_domain(op: str, args: tuple[Value, ...], attrs: Mapping[str, Any]) -> 
     """The domain of a new value: leaves by op, otherwise the widest domain of its args."""
     if op in ("param", "const"):
         return "invariant"
-    if op == "input":
+    if op in ("input", "child_input"):
         return "node"
     if op == "child_state":
         return "node" if attrs.get("index") is not None else "child"
@@ -413,7 +438,20 @@ def derived_shape(recipe: str, arg_specs: list[ParamSpec | DerivedParam]) -> Sha
         if len(arg_specs) == 3 and arg_specs[2].shape != (w.shape[0],):
             raise ShapeError(f"embed_linear: bias {arg_specs[2].shape} != ({w.shape[0]},)")
         return (table.shape[0], w.shape[0])
+    if recipe == "leaf_state":
+        raise ShapeError("leaf_state: its shape comes from the graph (see leaf_state_shape)")
     raise ShapeError(f"unknown derived-param recipe {recipe!r} (known: {DERIVED_RECIPES})")
+
+
+def leaf_state_shape(graph: "RecursiveGraph", state: str) -> Shape:
+    """``[vocab, *state shape]``: the shape of a ``leaf_state`` table of ``state``. Needs a leaf
+    case whose only node input is a word (a leaf's states are then a function of its token)."""
+    words = [i for i in graph.node_inputs if i.kind == "word"]
+    if len(graph.node_inputs) != 1 or not words:
+        raise ShapeError("leaf_state: the graph's only node input must be a word")
+    if state not in {s.name for s in graph.states}:
+        raise ShapeError(f"leaf_state: unknown state {state!r}")
+    return (int(words[0].vocab),) + graph.state_spec(state).shape
 
 
 def rule_context(graph: RecursiveGraph, case: str) -> RuleContext:
@@ -446,7 +484,10 @@ def verify(graph: RecursiveGraph) -> RecursiveGraph:
         if missing:
             raise GraphError(f"{where}: derived param {d.name!r} uses undefined params {missing}")
         try:
-            shape = derived_shape(d.recipe, [known[a] for a in d.args])
+            if d.recipe == "leaf_state":
+                shape = leaf_state_shape(graph, d.attr("state"))
+            else:
+                shape = derived_shape(d.recipe, [known[a] for a in d.args])
         except ShapeError as e:
             raise GraphError(f"{where}: derived param {d.name!r}: {e}") from None
         if shape != d.shape:
@@ -464,8 +505,14 @@ def verify(graph: RecursiveGraph) -> RecursiveGraph:
     state_names = [s.name for s in graph.states]
     if not state_names or len(set(state_names)) != len(state_names):
         raise GraphError(f"{where}: states must be non-empty and unique, got {state_names}")
-    if sorted(c.name for c in graph.cases) != sorted(CASE_NAMES):
-        raise GraphError(f"{where}: needs exactly the cases {CASE_NAMES}, got {[c.name for c in graph.cases]}")
+    case_names = [c.name for c in graph.cases]
+    extra = sorted(set(case_names) - set(CASE_NAMES))
+    if (sorted(set(case_names) & set(CASE_NAMES)) != sorted(CASE_NAMES) or len(set(case_names)) != len(case_names)
+            or any(n not in OPTIONAL_CASES for n in extra)):
+        raise GraphError(f"{where}: needs exactly the cases {CASE_NAMES} (and optionally "
+                         f"{OPTIONAL_CASES}), got {case_names}")
+    if extra and graph.arity is None:
+        raise GraphError(f"{where}: a {extra[0]!r} case needs a fixed arity")
     for case in graph.cases:
         _verify_case(graph, case)
     bad = [s for s in graph.outputs.states if s not in state_names]
@@ -540,6 +587,8 @@ def format_value(v: Value) -> str:
     a = dict(v.attrs)
     if v.op in ("param", "input"):
         head = f"{v.op} {a['name']}"
+    elif v.op == "child_input":
+        head = f"child_input {a['name']}[{a['index']}]"
     elif v.op == "child_state":
         head = f"child_state {a['state']}[{'*' if a.get('index') is None else a['index']}]"
     elif v.op == "const":
@@ -562,7 +611,8 @@ def format_graph(graph: RecursiveGraph) -> str:
     for p in graph.params:
         lines.append(f"  param {p.name} : {_ty(p.dtype, p.shape)}")
     for d in graph.derived:
-        lines.append(f"  derived {d.name} = {d.recipe}({', '.join(d.args)}) : {_ty(d.dtype, d.shape)}")
+        extra = "".join(f", {k}={val}" for k, val in d.attrs)
+        lines.append(f"  derived {d.name} = {d.recipe}({', '.join(d.args)}{extra}) : {_ty(d.dtype, d.shape)}")
     for i in graph.node_inputs:
         extra = f" vocab={i.vocab}" if i.vocab else ""
         lines.append(f"  input {i.name} : {i.kind} {_ty(i.dtype, i.shape)}{extra}")

@@ -15,7 +15,10 @@ What it produces (the paper's ILIR; see ``docs/lowering.md``):
   ``temp`` buffers of materialized intermediates. Sizes ``N``, ``E``, ``L``, ``NL``.
 * **Host structure** — leaves first (nodes ``0..NL``, the leaf case, its own loop nest: leaf
   specialization), then levels ``1..L-1`` (the internal case over
-  ``level_offsets[l]..level_offsets[l+1]``: level batching). Without leaf specialization one node
+  ``level_offsets[l]..level_offsets[l+1]``: level batching). A graph with a ``preterminal`` case
+  (``cortex.core.passes.preterminal``) runs it on level 1 and the internal case from level 2;
+  such a program declares ``L >= 2`` and ``bind_batch`` gives a batch of single leaves an empty
+  level 1. Without leaf specialization one node
   loop runs every level ``0..L-1`` with a per-node branch on the node's child count.
   ``kernel_form="per_level"``: a host loop launches one kernel per level; ``"single"``: one
   kernel holds the level loop (with a grid barrier between levels on a grid target).
@@ -89,13 +92,11 @@ class Lowered:
     def prepare_params(self, params: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Once per executable: the model's params (+ derived params via params.bind_params),
         cast to dtype, in the schedule's weight layouts, keyed by program buffer name."""
-        dt = np.dtype(self.dtype)
-        # derived params (stacked gates, embedding x weight tables) are computed in the compile
-        # dtype: in float32 that is what the kernel would compute from the unhoisted params,
-        # within the float32 conformance tolerance of the float64 reference, and the hoisted
-        # table's product takes half the time; only the params the program reads are returned
-        table = bind_params(self.graph, params, dtype=dt, compute_dtype=dt,
-                            only={name for name, _ in self.param_names})
+        return self.layout_params(bound_params(self.graph, params, self.dtype))
+
+    def layout_params(self, table: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The second step of :meth:`prepare_params`: :func:`bound_params`'s table in the
+        schedule's weight layouts, keyed by program buffer name."""
         logical = {buf: np.ascontiguousarray(table[name]) for name, buf in self.param_names}
         return physical_arrays(self.program, logical)
 
@@ -110,6 +111,17 @@ class Lowered:
         return {s: buffers[buf] for s, buf in self.state_names}
 
 
+def bound_params(graph: RecursiveGraph, params: Mapping[str, np.ndarray], dtype: str) -> dict[str, np.ndarray]:
+    """The params a program lowered from ``graph`` reads (its own and derived ones), in
+    ``dtype``; the first step of :meth:`Lowered.prepare_params`, which needs only the graph (the
+    pipeline starts it while it lowers). Derived params (stacked gates, embedding x weight
+    tables, leaf-state tables) are computed in the compile dtype: in float32 that is what the
+    kernel would compute from the unhoisted params, within the float32 conformance tolerance of
+    the float64 reference, at half the time and memory of a float64 product."""
+    dt = np.dtype(dtype)
+    return bind_params(graph, params, dtype=dt, compute_dtype=dt, only=set(_used_params(graph)))
+
+
 def lower(graph: RecursiveGraph, schedule: Schedule, capabilities: Capabilities,
           dtype: str = "float32") -> Lowered:
     """Lower ``graph`` under ``schedule`` for a target with ``capabilities``; verified."""
@@ -119,7 +131,7 @@ def lower(graph: RecursiveGraph, schedule: Schedule, capabilities: Capabilities,
         raise TypeError(f"schedule must be a cortex.core.schedule.Schedule, got {type(schedule).__name__}")
     verify_graph(graph)
     caps = capabilities
-    names = NameGen(set(SIZE_NAMES) | set(INDEX_BUFFERS) | _C_RESERVED | _C_MACROS | {"l", "lh", "u", "v"})
+    names = NameGen(set(SIZE_NAMES) | set(INDEX_BUFFERS) | _C_RESERVED | _C_MACROS | {"l", "lh", "u", "v", "w"})
     state_buf = {s.name: _ident(names, s.name) for s in graph.states}
     used_params = _used_params(graph)
     derived = {d.name: d for d in graph.derived}
@@ -138,6 +150,8 @@ def lower(graph: RecursiveGraph, schedule: Schedule, capabilities: Capabilities,
     ctx.schedule_nest = lambda stmt, var, extent, reduces: schedule_nest(stmt, var, extent, reduces, schedule, caps, ctx)
     leaf = CaseLowering(ctx, graph.case("leaf"), "l")
     internal = CaseLowering(ctx, graph.case("internal"), "n")
+    has_pre = schedule.leaf_specialization and any(c.name == "preterminal" for c in graph.cases)
+    pre = CaseLowering(ctx, graph.case("preterminal"), "p") if has_pre else None
 
     N, L, NL = Var("N"), Var("L"), Var("NL")
     lvl = Var("l")
@@ -149,7 +163,7 @@ def lower(graph: RecursiveGraph, schedule: Schedule, capabilities: Capabilities,
     nk = node_loop_kind(schedule, caps)  # the node loops are built with their parallel kind
     if schedule.leaf_specialization:
         leaf_loop: ir.Stmt | None = ir.For("u", 0, NL, leaf.emit(u), nk)
-        first = 1
+        first = 2 if pre is not None else 1
 
         def level_body(level: ir.Expr) -> ir.Stmt:
             lo, hi = node_range(level)
@@ -165,6 +179,11 @@ def lower(graph: RecursiveGraph, schedule: Schedule, capabilities: Capabilities,
             is_leaf = ir.eq(Load("child_offsets", (v + 1,)), Load("child_offsets", (v,)))
             return ir.For("v", lo, hi, ir.If(is_leaf, leaf_body, internal_body), nk)
 
+    def pre_loop() -> ir.Stmt:  # level 1 only: every child a leaf
+        assert pre is not None
+        lo, hi = node_range(Const(1))
+        return ir.For("w", lo, hi, pre.emit(Var("w")), nk)
+
     grid = caps.has_grid
     notes: list[str] = []
     form = schedule.kernel_form
@@ -177,6 +196,10 @@ def lower(graph: RecursiveGraph, schedule: Schedule, capabilities: Capabilities,
             parts.append(leaf_loop)
             if grid:
                 parts.append(ir.Barrier("grid"))
+        if pre is not None:
+            parts.append(pre_loop())
+            if grid:
+                parts.append(ir.Barrier("grid"))
         level_parts = [level_body(lvl)] + ([ir.Barrier("grid")] if grid else [])
         parts.append(ir.For("l", first, L, ir.seq(*level_parts)))
         kernels: tuple[ir.Kernel, ...] = (ir.Kernel("main", (), ir.seq(*parts)),)
@@ -184,11 +207,15 @@ def lower(graph: RecursiveGraph, schedule: Schedule, capabilities: Capabilities,
     else:
         kernels = (ir.Kernel("level", ("l",), level_body(lvl)),)
         host = (ir.HostFor("lh", first, L, (ir.Launch("level", (Var("lh"),)),)),)
+        if pre is not None:
+            kernels = (ir.Kernel("preterminal", (), pre_loop()),) + kernels
+            host = (ir.Launch("preterminal"),) + host
         if leaf_loop is not None:
             kernels = (ir.Kernel("leaves", (), leaf_loop),) + kernels
             host = (ir.Launch("leaves"),) + host
 
-    sizes = (ir.Size("N"), ir.Size("E"), ir.Size("L"), ir.Size("NL", hi=N))
+    # a level-1 loop reads level_offsets[2]: such a program has at least two levels
+    sizes = (ir.Size("N"), ir.Size("E"), ir.Size("L", lo=2 if pre is not None else 0), ir.Size("NL", hi=N))
     buffers = _index_buffers(graph, dtype) + tuple(
         ir.Buffer(param_buf[p], dtype, _param_shape(graph, p), "param") for p in used_params
     ) + tuple(
@@ -222,11 +249,16 @@ def _ident(names: NameGen, raw: str) -> str:
 
 def _param_base(name: str, derived: dict) -> str:
     """A short readable name: derived params are named after their first argument's stem and
-    recipe (``stack[U_i,U_o,U_u]`` -> ``U_stack``, ``embed_linear[E,...]`` -> ``E_proj``)."""
+    recipe (``stack[U_i,U_o,U_u]`` -> ``U_stack``, ``embed_linear[E,...]`` -> ``E_proj``,
+    ``leaf_state[h]`` -> ``leaf_h``, ``embed_linear[leaf_state[h],...]`` -> ``leaf_h_proj``)."""
     d = derived.get(name)
     if d is None:
         return name
-    stem = _param_base(d.args[0], derived).split("_")[0]
+    if d.recipe == "leaf_state":  # leaf_state[h] -> leaf_h
+        return f"leaf_{d.attr('state')}"
+    stem = _param_base(d.args[0], derived)
+    if derived.get(d.args[0]) is None or derived[d.args[0]].recipe != "leaf_state":
+        stem = stem.split("_")[0]  # leaf_h's projection stays leaf_h_proj
     return f"{stem}_{'stack' if d.recipe == 'concat0' else 'proj'}"
 
 
@@ -273,6 +305,7 @@ class _BindPlan:
     word: tuple[str, int, tuple[str, ...]] | None
     features: tuple[str, tuple[int, ...]] | None
     dtype: np.dtype
+    min_levels: int  # the program's least L: a batch with fewer levels gets empty ones appended
 
 
 def _plan_of(low: Lowered) -> _BindPlan:
@@ -287,7 +320,8 @@ def _plan_of(low: Lowered) -> _BindPlan:
                 word = (inp.name, int(inp.vocab), parts)
             else:
                 features = (inp.name, tuple(inp.shape))
-        plan = _BindPlan(g.arity, word, features, np.dtype(low.dtype))
+        min_levels = next(s.lo for s in low.program.sizes if s.name == "L")
+        plan = _BindPlan(g.arity, word, features, np.dtype(low.dtype), min_levels)
         low.__dict__["_bind_plan"] = plan  # a cache on the frozen dataclass (not a field)
     return plan
 
@@ -357,5 +391,8 @@ def _bind_batch(low: Lowered, batch: LinearizedBatch) -> tuple[dict[str, np.ndar
                 f"model {low.graph.name!r}: features are {list(f.shape)}, expected [{n}, {shape[0]}]"
             )
         bufs["features"] = np.ascontiguousarray(f, dtype=plan.dtype)
+    if len(lo) - 1 < plan.min_levels:  # e.g. all leaves: an empty level 1 for the level-1 loop
+        lo = np.concatenate([lo, np.full(plan.min_levels + 1 - len(lo), lo[-1] if len(lo) else 0, dtype=INDEX_DTYPE)])
+        bufs["level_offsets"] = lo
     sizes = {"N": n, "E": max(e, 1), "L": len(lo) - 1, "NL": nl}
     return bufs, sizes

@@ -47,7 +47,7 @@ class LoweringError(ValueError):
     """The graph uses something the recursion lowering cannot express."""
 
 
-TRIVIAL_OPS = ("param", "const", "input", "child_state", "slice", "concat", "embedding")
+TRIVIAL_OPS = ("param", "const", "input", "child_input", "child_state", "slice", "concat", "embedding")
 EXPENSIVE_OPS = ("linear", "matmul", "reduce_children")
 
 
@@ -340,6 +340,11 @@ class CaseLowering:
             if inp.kind == "word":
                 return self._node_var(("word", a["name"]), "x", Load(buf, (env.node,)))
             return Load(buf, (env.node,) + idx)
+        if op == "child_input":  # the token of child i (a level-1 node's leaf child)
+            i = a["index"]
+            ch = self._node_var(("child", i), f"ch{i}", Load("child_table", (env.node, i)))
+            word = Load(self.ctx.input_buf[a["name"]], (ch,))
+            return self._node_var(("child_word", i), f"cw{i}", Select(ch >= 0, word, Const(-1)))
         if op == "child_state":
             buf = self.ctx.state_buf[a["state"]]
             i = a.get("index")

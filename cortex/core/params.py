@@ -84,8 +84,14 @@ def bind_params(graph: RecursiveGraph, params: Mapping[str, Any], dtype: Any = N
         exact[spec.name] = arr
         if only is None or spec.name in only:
             out[spec.name] = arr.astype(dtype or spec.dtype)  # a copy: never the model's array
+    by_token: dict[str, np.ndarray] | None = None
     for d in graph.derived:
-        value = compute_derived(d.recipe, [exact[a] for a in d.args], cdt)
+        if d.recipe == "leaf_state":
+            if by_token is None:  # every state of the leaf case at once, for every token id
+                by_token = _leaf_states(graph, exact, cdt)
+            value = by_token[d.attr("state")]
+        else:
+            value = compute_derived(d.recipe, [exact[a] for a in d.args], cdt)
         if value.shape != d.shape:
             raise ParamError(f"derived param {d.name!r}: recipe gave {value.shape}, expected {d.shape}")
         exact[d.name] = value
@@ -94,6 +100,14 @@ def bind_params(graph: RecursiveGraph, params: Mapping[str, Any], dtype: Any = N
             # fresh already when computed in the wanted dtype (no second copy of a big table)
             out[d.name] = value if value.dtype == want else value.astype(want)
     return out
+
+
+def _leaf_states(graph: RecursiveGraph, exact: Mapping[str, np.ndarray], dtype: np.dtype) -> dict[str, np.ndarray]:
+    """The ``leaf_state`` recipe: the leaf case run on every token id, in ``dtype``."""
+    from cortex.core.reference import leaf_states  # the oracle's evaluator; it imports this module
+
+    reads = {v.attr("name") for v in graph.case("leaf").values if v.op == "param"}
+    return leaf_states(graph, {name: np.asarray(exact[name], dtype=dtype) for name in reads})
 
 
 # --------------------------------------------------------------------------------------------

@@ -15,9 +15,10 @@ Stages (DESIGN.md, "Pipeline"), each dumped by ``dump=`` as one numbered file::
 
 then ``compile`` (the backend's compiler, with its cache key) — :func:`build_artifact` runs
 the stages up to here (compile-only checks use it: no device needed) — and the executable,
-which uploads the params once (:func:`build`). The params are prepared (``Lowered.prepare_params``: derived tables in
-the compile dtype, weight layouts) in a worker thread that runs while the backend renders and
-compiles; it is joined before the executable is made, and its error, if any, is raised as is. The backend is created and the schedule resolved first,
+which uploads the params once (:func:`build`). The params' tables (``cortex.core.lower.bound_params``:
+derived params in the compile dtype) are made in a worker thread started right after the graph
+passes, while the main thread lowers, renders and compiles; it is joined before the executable
+is made, and its error, if any, is raised as is. The weight layouts are applied after that. The backend is created and the schedule resolved first,
 so a target without a code generator or an illegal schedule fails before any tracing.
 
 The schedule is the target's ``ScheduleSpace(capabilities, dtype).default()`` unless the user
@@ -56,7 +57,7 @@ if TYPE_CHECKING:
 GraphPass = Callable[["RecursiveGraph"], "RecursiveGraph"]
 
 #: Options every target accepts, handled by the core, never passed to a target's backend.
-SHARED_OPTIONS = ("dtype", "schedule", "dump", "passes")
+SHARED_OPTIONS = ("dtype", "schedule", "dump", "passes", "max_table_mib")
 DTYPES = ("float32", "float64")
 
 #: The dump file of each stage, in pipeline order (the source's extension is added by dialect).
@@ -76,6 +77,8 @@ _ALLOWED = {
     "dump": "a directory path (str or os.PathLike)",
     "passes": "a list of graph passes: functions RecursiveGraph -> RecursiveGraph or names "
               "from cortex.core.passes.pipeline.ALL_PASSES",
+    "max_table_mib": "a positive number: the largest table (MiB, in the compile dtype) a pass "
+                     "may precompute at bind time; default 64 in float32 (2**24 entries)",
 }
 
 
@@ -88,6 +91,7 @@ class CompileOptions:
     schedule: Any = None  # Schedule | dict of knobs | None
     dump: Path | None = None
     passes: tuple[GraphPass, ...] | None = None
+    max_table_mib: float | None = None  # None: the table passes' own default
 
 
 def split_options(options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -143,6 +147,11 @@ def compile_options(target: str, options: Mapping[str, Any]) -> CompileOptions:
         out = replace(out, dump=Path(value))
     if options.get("passes") is not None:
         out = replace(out, passes=_resolve_passes(target, options["passes"]))
+    if options.get("max_table_mib") is not None:
+        value = options["max_table_mib"]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+            raise bad("max_table_mib", value)
+        out = replace(out, max_table_mib=float(value))
     return out
 
 
@@ -237,19 +246,21 @@ def build_artifact(model: Any, target: "Target", target_options: Mapping[str, An
                    prepare_params: bool = True) -> Built:
     """Run every stage for ``model`` on ``target`` up to and including the backend's compiler.
 
-    With ``prepare_params`` the params are prepared in a worker thread beside rendering and
-    compiling; without it (compile-only checks: no device needed) they are not touched."""
+    With ``prepare_params`` the params are prepared in a worker thread beside lowering,
+    rendering and compiling; without it (compile-only checks: no device needed) they are not touched."""
     from cortex.core.model import Model
 
     if not isinstance(model, Model):
         raise TypeError(f"cortex.compile takes a cortex model (a cortex.core.model.Model such as "
                         f"cortex.models.TreeLSTM(...)), not {type(model).__name__}")
-    from cortex.core.lower import lower
-    from cortex.core.passes.pipeline import DEFAULT_PASSES, run_passes
+    from cortex.core.lower import bound_params, lower
+    from cortex.core.passes.pipeline import DEFAULT_PASSES, run_passes, with_table_limit
     from cortex.core.schedule import ScheduleError, ScheduleSpace
     from cortex.core.trace import trace
     dtype = options.dtype or model.dtype
     passes = DEFAULT_PASSES if options.passes is None else options.passes
+    if options.max_table_mib is not None:
+        passes = with_table_limit(passes, int(options.max_table_mib * 2**20) // np.dtype(dtype).itemsize)
     dump = _Dumper(options.dump)
 
     backend: Backend = target.create_backend(target_options)
@@ -264,30 +275,31 @@ def build_artifact(model: Any, target: "Target", target_options: Mapping[str, An
     traced = trace(model)
     dump.write("graph", str(traced))
     graph = run_passes(traced, passes)
-    dump.write("graph_passes", str(graph))
-    dump.write("options", json.dumps({
-        "target": target.name, "target_options": dict(target_options), "dtype": dtype,
-        "schedule": schedule.to_dict(), "passes": [p.__name__ for p in passes],
-    }, indent=2, sort_keys=True, default=repr))
-    if dump:
-        dump.write("loops", str(lower(graph, neutral_schedule(schedule), caps, dtype).program))
-
-    lowered = lower(graph, schedule, caps, dtype)  # verified against caps by lower itself
-    dump.write("loops_scheduled", str(lowered.program))
-
-    # The params' preparation (derived tables: big matmuls and copies in NumPy, which release
-    # the GIL) runs in a worker thread while the backend renders and compiles.
-    prep = _Worker(lowered.prepare_params, model.params) if prepare_params else None
+    # The params' tables (derived params: big matmuls and elementwise passes in NumPy, which
+    # release the GIL) need only the graph: a worker thread computes them while the main thread
+    # lowers, renders and compiles; their weight layouts are applied once the program is known.
+    bound = _Worker(bound_params, graph, model.params, dtype) if prepare_params else None
     try:
+        dump.write("graph_passes", str(graph))
+        dump.write("options", json.dumps({
+            "target": target.name, "target_options": dict(target_options), "dtype": dtype,
+            "schedule": schedule.to_dict(), "passes": [p.__name__ for p in passes],
+            "max_table_mib": options.max_table_mib,
+        }, indent=2, sort_keys=True, default=repr))
+        if dump:
+            dump.write("loops", str(lower(graph, neutral_schedule(schedule), caps, dtype).program))
+
+        lowered = lower(graph, schedule, caps, dtype)  # verified against caps by lower itself
+        dump.write("loops_scheduled", str(lowered.program))
         source = backend.renderer.render(lowered.program)
         dump.write("source", source, source_extension(backend, source))
         key = backend.compiler.cache_key(source, target_options)
         artifact = backend.compiler.compile(source, target_options)
+        prepared = lowered.layout_params(bound.result()) if bound is not None else None
     finally:
-        if prep is not None:
-            prep.join()  # never leave the worker running, whatever happened here
-    return Built(lowered, backend, source, key, artifact,
-                 prep.result() if prep is not None else None)
+        if bound is not None:
+            bound.join()  # never leave the worker running, whatever happened here
+    return Built(lowered, backend, source, key, artifact, prepared)
 
 
 def build(model: Any, target: "Target", target_options: Mapping[str, Any],

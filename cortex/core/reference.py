@@ -15,6 +15,10 @@ Domains (see ``cortex.core.graph``): an ``invariant`` value is an array of its o
 ``node`` value has a leading axis over the level's nodes; a ``child`` value has a leading axis
 over the level's (node, child) edges, in CSR order, and node values mixed into it are gathered
 per edge. ``reduce_children`` sums (or averages) each node's edge segment.
+
+A graph with a ``preterminal`` case (see ``cortex.core.passes.preterminal``) runs it on level 1,
+so the oracle checks that case too; :func:`leaf_states` evaluates the leaf case for every token
+id, which is how that case's tables are made.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from cortex.core.graph import Case, RecursiveGraph, Value, verify
+from cortex.core.hostmem import aligned_empty
 from cortex.core.params import bind_params
 from cortex.core.structure import LinearizedBatch
 
@@ -68,8 +73,40 @@ def evaluate(graph: RecursiveGraph, params: Mapping[str, Any], batch: Linearized
             level.counts = np.diff(child_offsets[lo : hi + 1])
             level.starts = child_offsets[lo:hi] - e0
             level.seg = np.repeat(np.arange(hi - lo), level.counts)
-        programs["leaf" if l == 0 else "internal"](level, states)
+        case = "leaf" if l == 0 else "preterminal" if l == 1 and "preterminal" in programs else "internal"
+        programs[case](level, states)
     return states
+
+
+def leaf_states(graph: RecursiveGraph, table: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The leaf case's states for every token id: ``{state: [vocab, *shape]}``, in the dtype of
+    ``table`` (the graph's params, derived ones included, as ``bind_params`` computes them).
+    Needs a graph whose only node input is a word (a leaf is then a function of its token)."""
+    words = [i for i in graph.node_inputs if i.kind == "word"]
+    if len(graph.node_inputs) != 1 or not words:
+        raise ReferenceInputError(f"graph {graph.name!r}: leaf states by token need a word input only")
+    vocab = int(words[0].vocab)
+    every_token = _TokenBatch(np.arange(vocab, dtype=np.int64))
+    out = {s.name: aligned_empty((vocab,) + s.shape, _table_dtype(table)) for s in graph.states}
+    run = _compile_case(graph, graph.case("leaf"), dict(table), every_token)
+    for lo in range(0, vocab, _TOKEN_CHUNK):  # a chunk's temporaries stay in the caches
+        run(_Level(lo, min(lo + _TOKEN_CHUNK, vocab)), out)
+    return out
+
+
+_TOKEN_CHUNK = 4096
+
+
+@dataclass(frozen=True)
+class _TokenBatch:
+    """What the leaf case reads of a batch: the token ids (one leaf per token)."""
+
+    word_ids: np.ndarray
+    features: None = None
+
+
+def _table_dtype(table: Mapping[str, np.ndarray]) -> np.dtype:
+    return np.result_type(*[np.asarray(a).dtype for a in table.values()]) if table else np.dtype(np.float64)
 
 
 def roots(graph: RecursiveGraph, states: Mapping[str, np.ndarray], batch: LinearizedBatch) -> dict[str, np.ndarray]:
@@ -169,6 +206,8 @@ def _eval_value(graph, v: Value, vmap, env, level, states, table, batch) -> np.n
                 f"{inp.name!r} but has {int(batch.word_ids[node])}"
             )
         return ids
+    if op == "child_input":
+        return np.asarray(batch.word_ids, dtype=np.int64)[batch.child_table[level.lo : level.hi, a["index"]]]
     if op == "child_state":
         if a.get("index") is not None:
             return states[a["state"]][batch.child_table[level.lo : level.hi, a["index"]]]

@@ -44,8 +44,8 @@ def test_fused_tree_lstm_is_one_nest_per_case_without_temporaries():
     assert not [b for b in p.buffers if b.role == "temp"]
     stores = nodes_of(p, ir.Store)
     assert sorted({s.buffer for s in stores}) == ["c", "h"]
-    hidden = [f for f in loops(p) if f.var not in ("u", "v", "l")]
-    assert len(hidden) == 2  # one nest for the leaves, one for internal nodes
+    hidden = [f for f in loops(p) if f.var not in ("u", "v", "w", "l")]
+    assert len(hidden) == 3  # one nest per case: the leaves, level 1 (tables), the other levels
     assert nodes_of(p, ir.Reduce), "the GEMVs stay explicit reductions"
 
 
@@ -77,11 +77,11 @@ def test_leaf_specialization_off_branches_per_node():
     sp = ScheduleSpace(CPU, "float64")
     on = lower(SPEC["TreeLSTM"].graph, sp.with_knobs(kernel_form="per_level"), CPU, "float64").program
     off = lower(SPEC["TreeLSTM"].graph, sp.with_knobs(kernel_form="per_level", leaf_specialization=False), CPU, "float64").program
-    assert [k.name for k in on.kernels] == ["leaves", "level"]
+    assert [k.name for k in on.kernels] == ["leaves", "preterminal", "level"]
     assert not nodes_of(on, ir.If)
-    assert [k.name for k in off.kernels] == ["level"]
+    assert [k.name for k in off.kernels] == ["level"]  # and no level-1 case: it needs the leaves apart
     assert len(nodes_of(off, ir.If)) == 1
-    assert ir.const_int(off.host[0].start) == 0 and ir.const_int(on.host[1].start) == 1
+    assert ir.const_int(off.host[0].start) == 0 and ir.const_int(on.host[2].start) == 2
 
 
 def test_host_forms_and_barriers():
@@ -216,7 +216,12 @@ def test_bind_batch_sizes_and_buffers():
     low = lower(spec.graph, ScheduleSpace(CPU).default(), CPU)
     batch = linearize([ChildTable(np.array([[-1]]), words=[3])], arity=2, vocab_size=11)
     bufs, sizes = low.bind_batch(batch)
-    assert sizes == {"N": 1, "E": 1, "L": 1, "NL": 1}  # E padded: no empty buffers
+    # E padded: no empty buffers; L: the level-1 loop of TreeLSTM's program reads
+    # level_offsets[2], so a batch of one leaf gets an empty level 1
+    assert sizes == {"N": 1, "E": 1, "L": 2, "NL": 1}
+    assert bufs["level_offsets"].tolist() == [0, 1, 1]
+    gru = lower(SPEC["TreeGRU"].graph, ScheduleSpace(CPU).default(), CPU)  # no level-1 case
+    assert gru.bind_batch(batch)[1]["L"] == 1
     assert bufs["child_table"].shape == (1, 2) and (bufs["child_table"] == -1).all()
     assert all(a.dtype == np.int32 for a in bufs.values())
     assert not {"h", "c"} & set(bufs)

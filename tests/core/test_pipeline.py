@@ -302,20 +302,24 @@ def test_shared_option_helpers():
 def test_params_are_prepared_beside_the_compile_and_their_errors_keep_their_type(monkeypatch):
     import threading
 
-    from cortex.core.lower import Lowered
+    from cortex.core import lower as lower_mod
     from cortex.core.model_errors import ParamError
 
     model = lstm()
     seen = []
-    real = Lowered.prepare_params
+    real = lower_mod.bound_params
 
-    def spy(self, params):
+    def spy(*args):
         seen.append(threading.current_thread().name)
-        return real(self, params)
+        return real(*args)
 
-    monkeypatch.setattr(Lowered, "prepare_params", spy)
+    def never(self, params):
+        raise AssertionError("the executable must get the worker's params, not prepare them again")
+
+    monkeypatch.setattr(lower_mod, "bound_params", spy)
+    monkeypatch.setattr(lower_mod.Lowered, "prepare_params", never)
     check_against_reference(model, cortex.compile(model, target="numpy")(TREES))
-    assert seen == ["cortex-prepare-params"]  # once, in the worker, not again in Executable
+    assert seen == ["cortex-prepare-params"]  # once, in the worker
     model.params["W_i"] = np.zeros((2, 2))  # a bad param: the worker's ParamError, as raised
     with pytest.raises(ParamError, match="'W_i' has shape \\(2, 2\\)"):
         cortex.compile(model, target="numpy")

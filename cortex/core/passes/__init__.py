@@ -10,7 +10,8 @@ from cortex.core.passes.distribute import distribute_linear
 from cortex.core.passes.fold_constants import fold_constants
 from cortex.core.passes.fusion_groups import fusion_groups
 from cortex.core.passes.hoist import hoist_invariant
-from cortex.core.passes.pipeline import ALL_PASSES, DEFAULT_PASSES, run_passes
+from cortex.core.passes.pipeline import ALL_PASSES, DEFAULT_PASSES, run_passes, with_table_limit
+from cortex.core.passes.preterminal import preterminal
 from cortex.core.passes.stack_gates import stack_gates
 
 __all__ = [
@@ -20,8 +21,10 @@ __all__ = [
     "fold_constants",
     "fusion_groups",
     "hoist_invariant",
+    "preterminal",
     "stack_gates",
     "run_passes",
+    "with_table_limit",
     "ALL_PASSES",
     "DEFAULT_PASSES",
 ]

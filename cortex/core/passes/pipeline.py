@@ -6,12 +6,17 @@ the graph after every pass so a broken pass is caught where it happens.
 
 Order: fold constants (leaf cases written with zero children shrink) -> CSE (one id per distinct
 value, so "same input" is visible) -> DCE -> gate stacking -> hoisting (a stacked leaf
-projection of an embedding becomes one table) -> distributing child sums over linear maps
+projection of an embedding becomes one table) -> the level-1 case (its children's states and
+their stacked gate projections become tables) -> distributing child sums over linear maps
 (``Σ_c W x_c`` -> ``W Σ_c x_c``) -> CSE -> DCE -> fusion groups (annotation; last).
+
+The two table passes (hoisting, level-1 case) take ``max_table_elements``;
+:func:`with_table_limit` sets it for a pass list (the ``max_table_mib`` compile option).
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Callable, Sequence
 
 from cortex.core.graph import RecursiveGraph, verify
@@ -21,6 +26,7 @@ from cortex.core.passes.distribute import distribute_linear
 from cortex.core.passes.fold_constants import fold_constants
 from cortex.core.passes.fusion_groups import fusion_groups
 from cortex.core.passes.hoist import hoist_invariant
+from cortex.core.passes.preterminal import preterminal
 from cortex.core.passes.stack_gates import stack_gates
 
 GraphPass = Callable[[RecursiveGraph], RecursiveGraph]
@@ -31,6 +37,7 @@ DEFAULT_PASSES: tuple[GraphPass, ...] = (
     dce,
     stack_gates,
     hoist_invariant,
+    preterminal,
     distribute_linear,
     cse,
     dce,
@@ -43,9 +50,24 @@ ALL_PASSES: dict[str, GraphPass] = {
     "dce": dce,
     "stack_gates": stack_gates,
     "hoist_invariant": hoist_invariant,
+    "preterminal": preterminal,
     "distribute_linear": distribute_linear,
     "fusion_groups": fusion_groups,
 }
+
+
+TABLE_PASSES: tuple[Callable[..., RecursiveGraph], ...] = (hoist_invariant, preterminal)
+
+
+def with_table_limit(passes: Sequence[GraphPass], max_table_elements: int) -> tuple[GraphPass, ...]:
+    """``passes`` with every table pass (:data:`TABLE_PASSES`) limited to tables of at most
+    ``max_table_elements`` entries; other passes unchanged."""
+    def limited(p: Callable[..., RecursiveGraph]) -> GraphPass:
+        @functools.wraps(p)
+        def run(graph: RecursiveGraph) -> RecursiveGraph:
+            return p(graph, max_table_elements=max_table_elements)
+        return run
+    return tuple(limited(p) if p in TABLE_PASSES else p for p in passes)
 
 
 def run_passes(graph: RecursiveGraph, passes: Sequence[GraphPass] = DEFAULT_PASSES) -> RecursiveGraph:

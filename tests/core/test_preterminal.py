@@ -1,0 +1,141 @@
+"""The level-1 case (cortex.core.passes.preterminal): when it applies, what it builds, that the
+reference, the loop interpreter and the llvm kernel agree with the model without it, and the
+``max_table_mib`` option that bounds its tables."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cortex
+from cortex import InvalidOptionError
+from cortex.core import reference
+from cortex.core.graph import GraphError, verify
+from cortex.core.linearize import linearize
+from cortex.core.params import bind_params
+from cortex.core.passes.pipeline import DEFAULT_PASSES, run_passes, with_table_limit
+from cortex.core.passes.preterminal import preterminal
+from cortex.models import ChildSumTreeLSTM, SeqGRU, TreeFC, TreeGRU, TreeLSTM
+
+WITHOUT = [p for p in DEFAULT_PASSES if p is not preterminal]
+
+
+def random_tree(rng: np.random.Generator, leaves: int, vocab: int):
+    if leaves == 1:
+        return int(rng.integers(vocab))
+    k = int(rng.integers(1, leaves))
+    return (random_tree(rng, k, vocab), random_tree(rng, leaves - k, vocab))
+
+
+def trees(seed: int = 0, vocab: int = 40):
+    rng = np.random.default_rng(seed)
+    # single leaves (no level 1), one cherry (only level 1), chains and bushy trees
+    return [7, (1, 2), ((3, 4), 5), (6, (8, (9, 10)))] + [random_tree(rng, int(n), vocab)
+                                                            for n in rng.integers(2, 16, 8)]
+
+
+def cases(graph) -> list[str]:
+    return [c.name for c in graph.cases]
+
+
+def test_tree_lstm_gets_a_level_one_case_of_table_reads():
+    g = run_passes(TreeLSTM(hidden=8, embed=6, vocab=40).trace())
+    assert cases(g) == ["leaf", "internal", "preterminal"]
+    derived = {d.name: d for d in g.derived}
+    assert derived["leaf_state[c]"].shape == (40, 8) and derived["leaf_state[c]"].attr("state") == "c"
+    ops = [v.op for v in g.case("preterminal").values]
+    assert "linear" not in ops and "child_state" not in ops  # no GEMV, no child state read
+    assert ops.count("child_input") == 2
+    tables = [v.attr("name") for v in g.case("preterminal").values if v.op == "param"]
+    assert sorted(t.split("[")[0] for t in tables) == ["embed_linear", "embed_linear", "leaf_state"]
+    assert "preterminal" in str(g) and "child_input word[1]" in str(g)
+
+
+@pytest.mark.parametrize("model", [
+    TreeLSTM(hidden=8, embed=6, vocab=40, seed=1),
+    TreeFC(hidden=8, embed=6, vocab=40, seed=2),
+], ids=["TreeLSTM", "TreeFC"])
+def test_reference_with_the_case_equals_the_traced_model(model):
+    traced = model.trace()
+    g = run_passes(traced)
+    assert "preterminal" in cases(g)
+    batch = linearize(trees(), arity=2, vocab_size=40)
+    want = reference.evaluate(traced, model.params, batch)
+    got = reference.evaluate(g, model.params, batch)
+    for s in want:
+        np.testing.assert_allclose(got[s], want[s], rtol=1e-12, atol=1e-12)
+
+
+def test_leaf_states_are_the_leaf_case_of_every_token():
+    model = TreeLSTM(hidden=5, embed=4, vocab=30, seed=3)
+    g = run_passes(model.trace())
+    table = bind_params(g, model.params, dtype=np.float64)
+    got = reference.leaf_states(g, table)
+    one_leaf_each = reference.evaluate(g, model.params, linearize(list(range(30)), arity=2, vocab_size=30))
+    for s in ("h", "c"):
+        np.testing.assert_allclose(got[s], one_leaf_each[s], rtol=1e-14, atol=1e-14)
+        np.testing.assert_allclose(table[f"leaf_state[{s}]"], got[s], rtol=1e-14, atol=1e-14)
+
+
+@pytest.mark.parametrize("model,why", [
+    (TreeLSTM(hidden=8, features=6), "dense features: a leaf is not a function of a token"),
+    (ChildSumTreeLSTM(hidden=8, embed=6, vocab=40), "variable arity"),
+    (SeqGRU(hidden=8, embed=6, vocab=40), "arity 1: level 1 is one node per sequence"),
+    (TreeGRU(hidden=8, embed=6, vocab=40), "a child state reaches a GEMV through the reset gate"),
+], ids=["features", "childsum", "chain", "gated"])
+def test_does_not_apply(model, why):
+    assert "preterminal" not in cases(run_passes(model.trace())), why
+
+
+def test_tables_over_the_limit_leave_the_graph_unchanged():
+    model = TreeLSTM(hidden=8, embed=6, vocab=40)
+    before = run_passes(model.trace(), WITHOUT)
+    # the tables are [40, 8] (leaf states) and [40, 40] (stacked 5-gate projections)
+    assert preterminal(before, max_table_elements=40 * 40 - 1) is before
+    assert "preterminal" in cases(preterminal(before, max_table_elements=40 * 40))
+    limited = run_passes(model.trace(), with_table_limit(DEFAULT_PASSES, 40 * 40 - 1))
+    assert "preterminal" not in cases(limited)
+    assert [p.__name__ for p in with_table_limit(DEFAULT_PASSES, 7)] == [p.__name__ for p in DEFAULT_PASSES]
+
+
+def test_the_verifier_guards_the_new_case_and_op():
+    from dataclasses import replace
+
+    g = run_passes(TreeLSTM(hidden=4, embed=3, vocab=9).trace())
+    pre = g.case("preterminal")
+    with pytest.raises(GraphError, match="child_input: a leaf has no children"):
+        verify(g.with_case(replace(pre, name="leaf")))
+    with pytest.raises(GraphError, match="optionally"):
+        verify(replace(g, cases=g.cases + (replace(pre, name="rootcase"),)))
+    with pytest.raises(GraphError, match="optionally"):
+        verify(replace(g, cases=g.cases + (pre,)))  # twice
+
+
+@pytest.mark.parametrize("target", ["numpy", "llvm"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_compiled_with_and_without_the_case_agree(target, dtype):
+    if target == "llvm":
+        pytest.importorskip("llvmlite", reason="the llvm target needs llvmlite")
+    model = TreeLSTM(hidden=16, embed=8, vocab=40, seed=4)
+    exe = cortex.compile(model, target=target, dtype=dtype)
+    base = cortex.compile(model, target=target, dtype=dtype, passes=WITHOUT)
+    assert "preterminal" in cases(exe.graph) and "preterminal" not in cases(base.graph)
+    tol = 1e-12 if dtype == "float64" else 2e-6
+    for batch in (trees(5), [3], [4, 11]):  # mixed; one leaf; leaves only (an empty level 1)
+        got, want = exe(batch), base(batch)
+        for s in ("h", "c"):
+            np.testing.assert_allclose(got.root(s), want.root(s), rtol=tol, atol=tol)
+
+
+def test_max_table_mib_option():
+    model = TreeLSTM(hidden=16, embed=8, vocab=40)
+    # the stacked projections are [40, 80] float32: 12.5 KiB each
+    small = cortex.compile(model, target="numpy", max_table_mib=10 / 1024)
+    big = cortex.compile(model, target="numpy", max_table_mib=13 / 1024)
+    assert "preterminal" not in cases(small.graph) and "preterminal" in cases(big.graph)
+    # the limit is on the embedding table's hoist too: E @ W [40, 48] is 7.5 KiB
+    tiny = cortex.compile(model, target="numpy", max_table_mib=1 / 1024)
+    assert not any(d.recipe == "embed_linear" for d in tiny.graph.derived)
+    for bad in (0, -1, "64", True, float("inf"), float("nan")):
+        with pytest.raises(InvalidOptionError, match="max_table_mib"):
+            cortex.compile(model, target="numpy", max_table_mib=bad)
