@@ -104,6 +104,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--grid", type=int, default=10, help="DAG-RNN grid side (default: %(default)s)")
     p.add_argument("--seq-len", type=int, default=30)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-table-mib", type=float, default=None,
+                   help="compile option max_table_mib for every Cortex target: the largest table "
+                        "a pass may precompute (default: the compiler's, 64 MiB in float32); "
+                        "TreeLSTM vocab 20000 needs 100 for its level-1 tables")
     # Many short interleaved rounds by default: this class of machine drifts up to 2x in speed
     # within minutes, and one long round per case made the ratios depend on when each ran.
     p.add_argument("--min-reps", type=int, default=10, help="calls per case and round (at least)")
@@ -310,18 +314,31 @@ def cortex_target_state(target: str) -> tuple[str, str]:
     return "ok", ""
 
 
-def compile_target(model: Any, target: str) -> tuple[Any, float, str]:
+def compile_target(model: Any, target: str, options: dict[str, Any]) -> tuple[Any, float, str]:
     """(executable or None, cold compile seconds, failure reason)."""
     import cortex
 
     t0 = time.perf_counter()
     try:
-        exe = cortex.compile(model, target=target)
+        exe = cortex.compile(model, target=target, **options)
     except cortex.NotYetImplementedError as exc:
         return None, 0.0, f"NotYetImplementedError: {exc}"
     except Exception as exc:  # noqa: BLE001 - a failing backend is reported, not fatal
         return None, 0.0, f"{type(exc).__name__}: {exc}"
     return exe, time.perf_counter() - t0, ""
+
+
+def program_info(exe: Any) -> dict[str, Any]:
+    """What a compiled program holds: its params' size (MiB, the tables included) and whether it
+    has the level-1 case (``cortex.core.passes.preterminal``)."""
+    if exe is None:
+        return {}
+    from cortex.core.loopir import shape_function
+
+    nbytes = sum(int(np.prod(shape_function(b.shape)({}))) * np.dtype(b.dtype).itemsize
+                 for b in exe.program.buffers if b.role == "param")
+    return {"param_mib": round(nbytes / 2**20, 1),
+            "level1_tables": any(c.name == "preterminal" for c in exe.graph.cases)}
 
 
 def prepare_cortex(work: Workload, target: str, exe: Any, compile_s: float, why: str,
@@ -470,6 +487,7 @@ def run(argv: list[str] | None = None, log: Callable[[str], None] | None = None)
     env["peer_threads"] = (args.threads or os.cpu_count()) if torch_mod is not None else None
 
     target_states = {t: cortex_target_state(t) for t in targets}
+    compile_options = {} if args.max_table_mib is None else {"max_table_mib": args.max_table_mib}
     cases: list[Case] = []
     workloads: list[dict[str, Any]] = []
     compile_info: list[dict[str, Any]] = []
@@ -479,11 +497,11 @@ def run(argv: list[str] | None = None, log: Callable[[str], None] | None = None)
         for t in targets:
             if target_states[t][0] == "ok":
                 log(f"compiling {name} for {t}")
-                exes[t] = compile_target(model, t)
+                exes[t] = compile_target(model, t, compile_options)
                 exe, secs, why = exes[t]
-                again = compile_target(model, t)[1] if exe is not None else None
+                again = compile_target(model, t, compile_options)[1] if exe is not None else None
                 compile_info.append({"model": name, "target": t, "compile_s": secs if exe else None,
-                                     "compile_again_s": again,
+                                     "compile_again_s": again, **program_info(exe),
                                      "status": "ok" if exe is not None else "unavailable",
                                      "reason": why})
         for b in s.batches:
@@ -522,7 +540,8 @@ def run(argv: list[str] | None = None, log: Callable[[str], None] | None = None)
         "quick": bool(args.quick),
         "environment": env,
         "settings": {**s.__dict__, "batches": list(s.batches), "tolerance": TOLERANCE,
-                     "models": models, "targets": targets, "torch_compile": args.torch_compile},
+                     "models": models, "targets": targets, "torch_compile": args.torch_compile,
+                     "compile_options": compile_options},
         "targets": {t: {"status": st, "reason": why} for t, (st, why) in target_states.items()},
         "compile": compile_info,
         "workloads": workloads,
