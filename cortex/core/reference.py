@@ -89,12 +89,15 @@ def leaf_states(graph: RecursiveGraph, table: Mapping[str, np.ndarray]) -> dict[
     every_token = _TokenBatch(np.arange(vocab, dtype=np.int64))
     out = {s.name: aligned_empty((vocab,) + s.shape, _table_dtype(table)) for s in graph.states}
     run = _compile_case(graph, graph.case("leaf"), dict(table), every_token)
-    for lo in range(0, vocab, _TOKEN_CHUNK):  # a chunk's temporaries stay in the caches
+    for lo in range(0, vocab, _TOKEN_CHUNK):  # chunks bound the temporaries of a huge vocabulary
         run(_Level(lo, min(lo + _TOKEN_CHUNK, vocab)), out)
     return out
 
 
-_TOKEN_CHUNK = 4096
+# Few, large chunks: the pipeline runs this in a worker beside the main thread's Python code
+# generation, and every NumPy call takes the GIL back. Compiling TreeLSTM h256 at vocab 20000:
+# 0.76-0.80 s whole, 0.96-1.17 s in chunks of 4096 tokens, though alone those are 2x faster.
+_TOKEN_CHUNK = 1 << 15
 
 
 @dataclass(frozen=True)
