@@ -22,9 +22,10 @@ the GEMV computed, summed in another order: results change by rounding only.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
-from cortex.core.graph import DerivedParam, RecursiveGraph, derived_shape, leaf_state_shape
+from cortex.core.graph import Case, DerivedParam, RecursiveGraph, Value, derived_shape, leaf_state_shape
 from cortex.core.passes._rewrite import CaseRewriter
 from cortex.core.passes.hoist import DEFAULT_MAX_TABLE_ELEMENTS
 
@@ -43,9 +44,12 @@ def preterminal(graph: RecursiveGraph, max_table_elements: int = DEFAULT_MAX_TAB
     vmap = internal.value_map()
     leaf_reads = tuple(dict.fromkeys(v.attr("name") for v in _live(graph.case("leaf")) if v.op == "param"))
     new: list[DerivedParam] = []
+    rw = CaseRewriter(graph, replace(internal, name="preterminal"), specs)
 
-    def derived(name: str, recipe: str, args: tuple[str, ...], shape, dtype: str, attrs=()) -> str | None:
-        if _prod(shape) > max_table_elements:
+    def derived(name: str, recipe: str, args: tuple[str, ...], shape: tuple[int, ...], dtype: str,
+                attrs: tuple = ()) -> str | None:
+        """The table ``name`` (declared once), or None when it is over the limit."""
+        if math.prod(shape) > max_table_elements:
             return None
         if name not in specs:
             d = DerivedParam(name, recipe, args, tuple(shape), dtype, tuple(attrs))
@@ -54,7 +58,6 @@ def preterminal(graph: RecursiveGraph, max_table_elements: int = DEFAULT_MAX_TAB
             rw.add_param_spec(d)
         return name
 
-    rw = CaseRewriter(graph, replace(internal, name="preterminal"), specs)
     tables: dict[int, str] = {}  # new embedding value id -> the leaf_state table it reads
     for v in internal.values:
         if v.op == "child_state":
@@ -86,14 +89,8 @@ def preterminal(graph: RecursiveGraph, max_table_elements: int = DEFAULT_MAX_TAB
     return replace(graph, cases=graph.cases + (case,), derived=graph.derived + tuple(new))
 
 
-def _prod(xs) -> int:
-    out = 1
-    for x in xs:
-        out *= int(x)
-    return out
-
-
-def _live(case):
+def _live(case: Case) -> list[Value]:
+    """The values some state depends on, in order."""
     vmap = case.value_map()
     live = {i for _, i in case.states}
     for v in reversed(case.values):
@@ -102,6 +99,6 @@ def _live(case):
     return [vmap[i] for i in sorted(live)]
 
 
-def _reads_node_values(v, case) -> bool:
+def _reads_node_values(v: Value, case: Case) -> bool:
     vmap = case.value_map()
     return any(vmap[a].domain != "invariant" for a in v.args)
