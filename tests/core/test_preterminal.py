@@ -139,3 +139,25 @@ def test_max_table_mib_option():
     for bad in (0, -1, "64", True, float("inf"), float("nan")):
         with pytest.raises(InvalidOptionError, match="max_table_mib"):
             cortex.compile(model, target="numpy", max_table_mib=bad)
+
+
+def test_the_ab_tool_times_both_and_reports_json(tmp_path):
+    """tools/ab_level1_tables.py (the interleaved A/B behind docs/llvm.md's numbers) runs and
+    writes what it measured; a model without the case is refused with the reason."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "tools" / "ab_level1_tables.py"
+    spec = importlib.util.spec_from_file_location("ab_level1_tables", path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    out = tmp_path / "ab.json"
+    assert tool.main(["--model", "TreeFC", "--target", "numpy", "--hidden", "8", "--vocab", "40",
+                      "--batches", "1", "--rounds", "1", "--out", str(out)]) == 0
+    (row,) = json.loads(out.read_text())["results"]
+    assert row["batch"] == 1 and row["with_ms"] > 0 and row["without_ms"] > 0
+    assert row["max_abs_diff"] <= 1e-6
+    with pytest.raises(SystemExit):  # TreeLSTM h128 at vocab 40000: [40000, 640] tables, over 2**24
+        tool.main(["--model", "TreeLSTM", "--target", "numpy", "--hidden", "128", "--vocab", "40000",
+                   "--batches", "1", "--rounds", "1"])
