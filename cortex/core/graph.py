@@ -48,6 +48,7 @@ ELEMENTWISE_BINARY = ("add", "sub", "mul")
 ELEMENTWISE_UNARY = ("sigmoid", "tanh", "relu")
 ELEMENTWISE_OPS = ELEMENTWISE_BINARY + ELEMENTWISE_UNARY
 REDUCTIONS = ("sum", "mean")
+REDUCING_OPS = ("linear", "matmul", "reduce_children")  # a reduction per element: the costly ops
 DERIVED_RECIPES = ("concat0", "embed_linear", "leaf_state")
 
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from cortex.core import loopir as ir
-from cortex.core.graph import ELEMENTWISE_BINARY, ELEMENTWISE_UNARY, Case, RecursiveGraph, Value
+from cortex.core.graph import ELEMENTWISE_BINARY, ELEMENTWISE_UNARY, REDUCING_OPS, Case, RecursiveGraph, Value
 from cortex.core.loopir import Const, Load, Reduce, Select, Var, fconst
 
 
@@ -48,7 +48,7 @@ class LoweringError(ValueError):
 
 
 TRIVIAL_OPS = ("param", "const", "input", "child_input", "child_state", "slice", "concat", "embedding")
-EXPENSIVE_OPS = ("linear", "matmul", "reduce_children")
+EXPENSIVE_OPS = REDUCING_OPS
 
 
 class NameGen:

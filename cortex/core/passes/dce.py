@@ -12,11 +12,17 @@ from cortex.core.graph import Case, RecursiveGraph
 from cortex.core.passes._rewrite import CaseRewriter
 
 
-def _dce_case(graph: RecursiveGraph, case: Case) -> Case:
+def live_ids(case: Case) -> set[int]:
+    """The ids of the values some state of ``case`` depends on."""
     live = {i for _, i in case.states}
     for v in reversed(case.values):
         if v.id in live:
             live.update(v.args)
+    return live
+
+
+def _dce_case(graph: RecursiveGraph, case: Case) -> Case:
+    live = live_ids(case)
     rw = CaseRewriter(graph, case)
     for v in case.values:
         if v.id in live:

@@ -25,11 +25,11 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from cortex.core.graph import Case, DerivedParam, RecursiveGraph, Value, derived_shape, leaf_state_shape
+from cortex.core.graph import (REDUCING_OPS, Case, DerivedParam, RecursiveGraph, Value, derived_shape,
+                               leaf_state_shape)
 from cortex.core.passes._rewrite import CaseRewriter
+from cortex.core.passes.dce import live_ids
 from cortex.core.passes.hoist import DEFAULT_MAX_TABLE_ELEMENTS
-
-EXPENSIVE = ("linear", "matmul", "reduce_children")
 
 
 def preterminal(graph: RecursiveGraph, max_table_elements: int = DEFAULT_MAX_TABLE_ELEMENTS) -> RecursiveGraph:
@@ -84,19 +84,15 @@ def preterminal(graph: RecursiveGraph, max_table_elements: int = DEFAULT_MAX_TAB
             continue
         rw.copy(v)
     case = rw.finish()
-    if any(v.op in EXPENSIVE and _reads_node_values(v, case) for v in _live(case)):
+    if any(v.op in REDUCING_OPS and _reads_node_values(v, case) for v in _live(case)):
         return graph  # a child state still feeds a GEMV: level 1 would not get cheaper
     return replace(graph, cases=graph.cases + (case,), derived=graph.derived + tuple(new))
 
 
 def _live(case: Case) -> list[Value]:
     """The values some state depends on, in order."""
-    vmap = case.value_map()
-    live = {i for _, i in case.states}
-    for v in reversed(case.values):
-        if v.id in live:
-            live.update(v.args)
-    return [vmap[i] for i in sorted(live)]
+    live = live_ids(case)
+    return [v for v in case.values if v.id in live]
 
 
 def _reads_node_values(v: Value, case: Case) -> bool:
