@@ -94,11 +94,12 @@ def leaf_states(graph: RecursiveGraph, table: Mapping[str, np.ndarray]) -> dict[
     return out
 
 
-# Chunks only bound the temporaries: alone, 512-token chunks evaluate TreeLSTM h256's 20000
-# tokens 2x faster than one pass (cache-resident temporaries), but inside the compile, beside
-# the main thread's Python code generation, 1024, 4096 and 32768 made no difference
-# (1.0-1.2 s, four alternating fresh processes each).
-_TOKEN_CHUNK = 1 << 15
+# Chunks keep the temporaries small enough for the allocator to reuse them: one pass over a
+# 20000-token vocabulary page-faults ~400 MB of fresh temporaries. Inside a compile (TreeLSTM
+# h256, the params worker beside code generation) the leaf states took 175-305 ms in chunks of
+# 4096 tokens against 291-438 ms in one pass (five alternating fresh processes each);
+# 1024-token chunks were no better than 4096 (more NumPy calls, each retaking the GIL).
+_TOKEN_CHUNK = 4096
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,18 @@ def test_leaf_states_are_the_leaf_case_of_every_token():
         np.testing.assert_allclose(table[f"leaf_state[{s}]"], got[s], rtol=1e-14, atol=1e-14)
 
 
+def test_leaf_states_in_chunks_equal_one_pass(monkeypatch):
+    model = TreeLSTM(hidden=5, embed=4, vocab=30, seed=3)
+    g = run_passes(model.trace())
+    table = bind_params(g, model.params, dtype=np.float32, compute_dtype=np.float32)
+    whole = reference.leaf_states(g, table)
+    monkeypatch.setattr(reference, "_TOKEN_CHUNK", 7)  # 30 tokens: chunks of 7, 7, 7, 7, 2
+    chunked = reference.leaf_states(g, table)
+    for s in ("h", "c"):
+        assert chunked[s].dtype == np.float32
+        np.testing.assert_array_equal(chunked[s], whole[s])
+
+
 @pytest.mark.parametrize("model,why", [
     (TreeLSTM(hidden=8, features=6), "dense features: a leaf is not a function of a token"),
     (ChildSumTreeLSTM(hidden=8, embed=6, vocab=40), "variable arity"),
