@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from cortex.core.graph import DerivedParam, RecursiveGraph, derived_shape
+from cortex.core.graph import Case, DerivedParam, ParamSpec, RecursiveGraph, derived_shape
 from cortex.core.passes._rewrite import CaseRewriter
 
 DEFAULT_MAX_TABLE_ELEMENTS = 1 << 24
@@ -23,28 +23,33 @@ DEFAULT_MAX_TABLE_ELEMENTS = 1 << 24
 def hoist_invariant(graph: RecursiveGraph, max_table_elements: int = DEFAULT_MAX_TABLE_ELEMENTS) -> RecursiveGraph:
     specs = graph.param_specs()
     derived = list(graph.derived)
-    cases = []
-    for case in graph.cases:
-        vmap = case.value_map()
-        rw = CaseRewriter(graph, case, specs)
-        for v in case.values:
-            if v.op == "linear":
-                x = vmap[v.args[1]]
-                params = [vmap[a] for a in (v.args[:1] + v.args[2:])]
-                if x.op == "embedding" and all(p.op == "param" for p in params) and vmap[x.args[0]].op == "param":
-                    table = vmap[x.args[0]]
-                    names = (table.attr("name"),) + tuple(p.attr("name") for p in params)
-                    shape = derived_shape("embed_linear", [specs[n] for n in names])
-                    if shape[0] * shape[1] <= max_table_elements:
-                        name = "embed_linear[" + ",".join(names) + "]"
-                        if name not in specs:
-                            d = DerivedParam(name, "embed_linear", names, shape, v.dtype)
-                            derived.append(d)
-                            specs[name] = d
-                            rw.add_param_spec(d)
-                        t = rw.emit("param", (), (("name", name),))
-                        rw.remap[v.id] = rw.emit("embedding", (t, rw.remap[x.args[1]]))
-                        continue
-            rw.copy(v)
-        cases.append(rw.finish())
-    return replace(graph, cases=tuple(cases), derived=tuple(derived))
+    cases = tuple(hoist_case(graph, case, specs, derived, max_table_elements) for case in graph.cases)
+    return replace(graph, cases=cases, derived=tuple(derived))
+
+
+def hoist_case(graph: RecursiveGraph, case: Case, specs: dict[str, ParamSpec | DerivedParam],
+               derived: list[DerivedParam], max_table_elements: int) -> Case:
+    """``case`` with its hoistable linears made table lookups; a new table is declared in
+    ``specs`` and appended to ``derived`` (shared by the cases of one graph)."""
+    vmap = case.value_map()
+    rw = CaseRewriter(graph, case, specs)
+    for v in case.values:
+        if v.op == "linear":
+            x = vmap[v.args[1]]
+            params = [vmap[a] for a in (v.args[:1] + v.args[2:])]
+            if x.op == "embedding" and all(p.op == "param" for p in params) and vmap[x.args[0]].op == "param":
+                table = vmap[x.args[0]]
+                names = (table.attr("name"),) + tuple(p.attr("name") for p in params)
+                shape = derived_shape("embed_linear", [specs[n] for n in names])
+                if shape[0] * shape[1] <= max_table_elements:
+                    name = "embed_linear[" + ",".join(names) + "]"
+                    if name not in specs:
+                        d = DerivedParam(name, "embed_linear", names, shape, v.dtype)
+                        derived.append(d)
+                        specs[name] = d
+                        rw.add_param_spec(d)
+                    t = rw.emit("param", (), (("name", name),))
+                    rw.remap[v.id] = rw.emit("embedding", (t, rw.remap[x.args[1]]))
+                    continue
+        rw.copy(v)
+    return rw.finish()

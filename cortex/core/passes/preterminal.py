@@ -25,11 +25,10 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from cortex.core.graph import (REDUCING_OPS, Case, DerivedParam, RecursiveGraph, Value, derived_shape,
-                               leaf_state_shape)
+from cortex.core.graph import REDUCING_OPS, Case, DerivedParam, RecursiveGraph, Value, leaf_state_shape
 from cortex.core.passes._rewrite import CaseRewriter
 from cortex.core.passes.dce import live_ids
-from cortex.core.passes.hoist import DEFAULT_MAX_TABLE_ELEMENTS
+from cortex.core.passes.hoist import DEFAULT_MAX_TABLE_ELEMENTS, hoist_case
 
 
 def preterminal(graph: RecursiveGraph, max_table_elements: int = DEFAULT_MAX_TABLE_ELEMENTS) -> RecursiveGraph:
@@ -41,52 +40,32 @@ def preterminal(graph: RecursiveGraph, max_table_elements: int = DEFAULT_MAX_TAB
     word = words[0].name
     specs = graph.param_specs()
     internal = graph.case("internal")
-    vmap = internal.value_map()
     leaf_reads = tuple(dict.fromkeys(v.attr("name") for v in _live(graph.case("leaf")) if v.op == "param"))
-    new: list[DerivedParam] = []
+    derived = list(graph.derived)
     rw = CaseRewriter(graph, replace(internal, name="preterminal"), specs)
-
-    def derived(name: str, recipe: str, args: tuple[str, ...], shape: tuple[int, ...], dtype: str,
-                attrs: tuple = ()) -> str | None:
-        """The table ``name`` (declared once), or None when it is over the limit."""
-        if math.prod(shape) > max_table_elements:
-            return None
-        if name not in specs:
-            d = DerivedParam(name, recipe, args, tuple(shape), dtype, tuple(attrs))
-            specs[name] = d
-            new.append(d)
-            rw.add_param_spec(d)
-        return name
-
-    tables: dict[int, str] = {}  # new embedding value id -> the leaf_state table it reads
     for v in internal.values:
-        if v.op == "child_state":
-            state, i = v.attr("state"), v.attr("index")
-            name = derived(f"leaf_state[{state}]", "leaf_state", leaf_reads,
-                           leaf_state_shape(graph, state), graph.state_spec(state).dtype, (("state", state),))
-            if name is None:
-                return graph
-            t = rw.emit("param", (), (("name", name),))
-            ids = rw.emit("child_input", (), (("name", word), ("index", i)))
-            rw.remap[v.id] = rw.emit("embedding", (t, ids))
-            tables[rw.remap[v.id]] = name
+        if v.op != "child_state":
+            rw.copy(v)
             continue
-        if v.op == "linear" and rw.remap[v.args[1]] in tables \
-                and all(vmap[a].op == "param" for a in v.args[:1] + v.args[2:]):
-            emb = rw.get(rw.remap[v.args[1]])
-            names = (tables[emb.id],) + tuple(vmap[a].attr("name") for a in v.args[:1] + v.args[2:])
-            name = derived("embed_linear[" + ",".join(names) + "]", "embed_linear", names,
-                           derived_shape("embed_linear", [specs[n] for n in names]), v.dtype)
-            if name is None:
-                return graph
-            t = rw.emit("param", (), (("name", name),))
-            rw.remap[v.id] = rw.emit("embedding", (t, emb.args[1]))
-            continue
-        rw.copy(v)
-    case = rw.finish()
+        state, i = v.attr("state"), v.attr("index")
+        name = f"leaf_state[{state}]"
+        shape = leaf_state_shape(graph, state)
+        if math.prod(shape) > max_table_elements:
+            return graph
+        if name not in specs:
+            d = DerivedParam(name, "leaf_state", leaf_reads, shape, graph.state_spec(state).dtype,
+                             (("state", state),))
+            specs[name] = d
+            derived.append(d)
+            rw.add_param_spec(d)
+        table = rw.emit("param", (), (("name", name),))
+        ids = rw.emit("child_input", (), (("name", word), ("index", i)))
+        rw.remap[v.id] = rw.emit("embedding", (table, ids))
+    # a linear map of a leaf-state row is a table as well: hoisting's rewrite, on this case only
+    case = hoist_case(graph, rw.finish(), specs, derived, max_table_elements)
     if any(v.op in REDUCING_OPS and _reads_node_values(v, case) for v in _live(case)):
         return graph  # a child state still feeds a GEMV: level 1 would not get cheaper
-    return replace(graph, cases=graph.cases + (case,), derived=graph.derived + tuple(new))
+    return replace(graph, cases=graph.cases + (case,), derived=tuple(derived))
 
 
 def _live(case: Case) -> list[Value]:
