@@ -8,8 +8,8 @@ for the comparison with peers.
 
 Usage::
 
-    python tools/ab_level1_tables.py --model TreeLSTM --max-table-mib 128 --out ab.json
-    python tools/ab_level1_tables.py --model TreeFC            # its tables fit the default
+    python tools/ab_level1_tables.py --model TreeLSTM --out ab.json   # fits the CPU default
+    python tools/ab_level1_tables.py --model TreeFC
 """
 
 from __future__ import annotations

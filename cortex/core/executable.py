@@ -25,7 +25,10 @@ followed by every size of ``program.sizes`` as a Python ``int``. The artifact pe
 program's host steps (its kernel launches) itself.
 
 The params are prepared (derived params, the compile dtype, the schedule's weight layouts) and
-uploaded once, when the executable is built. Everything else that does not depend on the batch
+uploaded once, when the executable is built. On a host runtime the *token tables* among them
+(derived params with a row per token id: hoisted embedding projections, level-1 leaf tables) are
+the exception: their rows are computed by the first call whose batch holds the token, before its
+launch (:mod:`cortex.core.token_tables`; :meth:`Executable.fill_tables` computes the rest). Everything else that does not depend on the batch
 is worked out then too (the argument list with the params in place, which slots are staged
 inputs and which pooled buffers, their shape functions and dtypes), so a call's Python work is
 binding, one pass over the pooled slots (skipped when the sizes repeat) and the fetches.
@@ -49,6 +52,7 @@ from cortex.core.structure import LinearizedBatch
 
 if TYPE_CHECKING:
     from cortex.core.lower import Lowered
+    from cortex.core.token_tables import TokenTables
 
 
 _HOST_STAGE = HostRuntime.stage  # a runtime using these as they are gets them inlined
@@ -72,9 +76,11 @@ class Executable:
     def __init__(self, *, target: str, options: Mapping[str, Any], lowered: "Lowered",
                  backend: Backend, source: Source, artifact: Any, cache_key: str,
                  params: Mapping[str, np.ndarray], model_name: str = "",
-                 prepared: Mapping[str, np.ndarray] | None = None) -> None:
+                 prepared: Mapping[str, np.ndarray] | None = None,
+                 tables: "TokenTables | None" = None) -> None:
         """``prepared``: ``lowered.prepare_params(params)`` when the caller already made it
-        (the pipeline does, in a thread overlapping the backend's compile)."""
+        (the pipeline does, in a thread overlapping the backend's compile); ``tables``: the
+        filler of the token tables that ``prepared`` holds uninitialized (host runtimes only)."""
         self.target = target
         self.options = dict(options)
         self.lowered = lowered
@@ -89,6 +95,10 @@ class Executable:
         if prepared is None:
             prepared = lowered.prepare_params(params)
         self._params = {name: self._upload_param(runtime, a, params) for name, a in prepared.items()}
+        self._tables = tables
+        if tables is not None:  # the arrays the program reads, which the calls fill in place
+            buf_of = dict(lowered.param_names)
+            tables.attach({n: self._params[buf_of[n]] for n in tables.names if n in buf_of})
         program = lowered.program
         # Per buffer, once: its compiled shape function and NumPy dtype (calls only evaluate).
         self._buffers = tuple((b, shape_function(b.shape), np.dtype(np_dtype(b.dtype)))
@@ -172,9 +182,29 @@ class Executable:
         with self._lock:
             return self._run(batch)
 
+    @property
+    def table_rows(self) -> tuple[int, int] | None:
+        """``(token ids whose table rows are computed, vocabulary size)``, or None when this
+        executable has no tables filled on use (none in its program, or a device)."""
+        if self._tables is None:
+            return None
+        return self._tables.rows_done, self._tables.vocab
+
+    def fill_tables(self) -> int:
+        """Compute every row of the token tables that no call has needed yet (a call computes
+        the rows of its batch's tokens first; see the module docstring). Returns how many token
+        ids that was: 0 once done, and always on a device (whose tables are made whole at
+        compile time)."""
+        if self._tables is None:
+            return 0
+        with self._lock:
+            return self._tables.fill_all()
+
     def _run(self, batch: LinearizedBatch) -> Outputs:
         runtime = self.backend.runtime
         inputs, sizes = self.lowered.bind_batch(batch)
+        if self._tables is not None and not self._tables.complete:
+            self._tables.ensure(inputs["word_ids"])
         args = self._template.copy()
         stage = runtime.stage
         if getattr(stage, "__func__", None) is _HOST_STAGE:

@@ -13,6 +13,7 @@ every time, and each core then moves twice the lines for the same weights from i
 
 from __future__ import annotations
 
+import mmap
 from typing import Any
 
 import numpy as np
@@ -46,6 +47,23 @@ def aligned_zeros(shape: Any, dtype: Any, align: int = CACHE_LINE) -> np.ndarray
     out = aligned_empty(shape, dtype, align)
     out.fill(0)
     return out
+
+
+def sparse_zeros(shape: Any, dtype: Any) -> np.ndarray:
+    """A C-contiguous zero array in its own anonymous mapping (page-aligned), whose pages take
+    memory only when first written, one small page at a time: for a table filled by scattered
+    rows on demand (:mod:`cortex.core.token_tables`). NumPy asks for transparent huge pages on
+    big arrays, and then the first write of one 5 KiB row zeroes the 2 MiB around it: a few
+    hundred scattered rows of a 100 MiB table cost as much as filling it."""
+    dtype = np.dtype(dtype)
+    shape = (int(shape),) if np.isscalar(shape) else tuple(int(n) for n in shape)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if nbytes == 0:
+        return np.zeros(shape, dtype)
+    region = mmap.mmap(-1, nbytes)
+    if hasattr(mmap, "MADV_NOHUGEPAGE"):  # Linux; kernels with THP "always" need the opt-out
+        region.madvise(mmap.MADV_NOHUGEPAGE)
+    return np.frombuffer(region, dtype=dtype).reshape(shape)  # keeps the mapping alive
 
 
 def aligned_copy(array: Any, dtype: Any = None, align: int = CACHE_LINE) -> np.ndarray:

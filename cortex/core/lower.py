@@ -37,7 +37,7 @@ from __future__ import annotations
 import keyword
 import re
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
 
@@ -52,6 +52,9 @@ from cortex.core.lower_schedule import apply_schedule, node_loop_kind, schedule_
 from cortex.core.params import bind_params
 from cortex.core.schedule import Schedule
 from cortex.core.structure import INDEX_DTYPE, LinearizedBatch
+
+if TYPE_CHECKING:
+    from cortex.core.token_tables import TokenTables
 
 __all__ = ["Lowered", "lower", "LoweringError", "BatchMismatchError"]
 
@@ -120,6 +123,16 @@ def bound_params(graph: RecursiveGraph, params: Mapping[str, np.ndarray], dtype:
     the float64 reference, at half the time and memory of a float64 product."""
     dt = np.dtype(dtype)
     return bind_params(graph, params, dtype=dt, compute_dtype=dt, only=set(_used_params(graph)))
+
+
+def bound_params_deferred(graph: RecursiveGraph, params: Mapping[str, np.ndarray],
+                          dtype: str) -> tuple[dict[str, np.ndarray], "TokenTables | None"]:
+    """:func:`bound_params` with the token tables uninitialized, and the
+    :class:`~cortex.core.token_tables.TokenTables` that fills their rows on first use (None
+    when the graph has none): for a host runtime, which reads the arrays in place."""
+    from cortex.core.token_tables import bind_deferred
+
+    return bind_deferred(graph, params, dtype, only=set(_used_params(graph)))
 
 
 def lower(graph: RecursiveGraph, schedule: Schedule, capabilities: Capabilities,

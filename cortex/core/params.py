@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Collection, Mapping
 import numpy as np
 
 from cortex.core.graph import RecursiveGraph
-from cortex.core.hostmem import aligned_empty
+from cortex.core.hostmem import aligned_empty, sparse_zeros
 from cortex.core.model_errors import ParamError
 
 if TYPE_CHECKING:
@@ -59,7 +59,8 @@ def compute_derived(recipe: str, args: list[np.ndarray], dtype: Any = np.float64
 
 def bind_params(graph: RecursiveGraph, params: Mapping[str, Any], dtype: Any = None,
                 compute_dtype: Any = np.float64,
-                only: Collection[str] | None = None) -> dict[str, np.ndarray]:
+                only: Collection[str] | None = None,
+                defer: Collection[str] = ()) -> dict[str, np.ndarray]:
     """All params ``graph`` reads (its own and derived ones), checked against their specs.
 
     ``dtype=None`` keeps every param in its declared dtype (derived ones are computed in
@@ -68,8 +69,18 @@ def bind_params(graph: RecursiveGraph, params: Mapping[str, Any], dtype: Any = N
     computing in float32 passes float32 (a derived table in float32 is what its kernel would
     compute anyway, at half the time and memory of the float64 product). ``only``: return just
     these names (every param is still checked; the others are only computed when a derived
-    param needs them).
+    param needs them). ``defer``: derived params returned as zeros that take no memory until
+    written (:func:`~cortex.core.hostmem.sparse_zeros`), for :mod:`cortex.core.token_tables` to fill row by row; no param that is
+    computed here may read one.
     """
+    return bind_exact(graph, params, dtype, compute_dtype, only, defer)[0]
+
+
+def bind_exact(graph: RecursiveGraph, params: Mapping[str, Any], dtype: Any = None,
+               compute_dtype: Any = np.float64, only: Collection[str] | None = None,
+               defer: Collection[str] = ()) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """:func:`bind_params`' table and, second, every param that is not deferred as the derived
+    recipes read it: the model's own arrays (not copies) and derived ones in ``compute_dtype``."""
     cdt = np.dtype(compute_dtype)
     out: dict[str, np.ndarray] = {}
     exact: dict[str, np.ndarray] = {}
@@ -86,9 +97,16 @@ def bind_params(graph: RecursiveGraph, params: Mapping[str, Any], dtype: Any = N
             out[spec.name] = arr.astype(dtype or spec.dtype)  # a copy: never the model's array
     by_token: dict[str, np.ndarray] | None = None
     for d in graph.derived:
+        want = np.dtype(dtype or d.dtype)
+        if d.name in defer:
+            if only is None or d.name in only:
+                out[d.name] = sparse_zeros(d.shape, want)
+            continue
+        if any(a in defer for a in d.args) or (d.recipe == "leaf_state" and defer):
+            raise ValueError(f"derived param {d.name!r} reads a deferred table; defer it too")
         if d.recipe == "leaf_state":
             if by_token is None:  # every state of the leaf case at once, for every token id
-                by_token = _leaf_states(graph, exact, cdt)
+                by_token = leaf_states_of(graph, exact, cdt)
             value = by_token[d.attr("state")]
         else:
             value = compute_derived(d.recipe, [exact[a] for a in d.args], cdt)
@@ -96,18 +114,19 @@ def bind_params(graph: RecursiveGraph, params: Mapping[str, Any], dtype: Any = N
             raise ParamError(f"derived param {d.name!r}: recipe gave {value.shape}, expected {d.shape}")
         exact[d.name] = value
         if only is None or d.name in only:
-            want = np.dtype(dtype or d.dtype)
             # fresh already when computed in the wanted dtype (no second copy of a big table)
             out[d.name] = value if value.dtype == want else value.astype(want)
-    return out
+    return out, exact
 
 
-def _leaf_states(graph: RecursiveGraph, exact: Mapping[str, np.ndarray], dtype: np.dtype) -> dict[str, np.ndarray]:
-    """The ``leaf_state`` recipe: the leaf case run on every token id, in ``dtype``."""
+def leaf_states_of(graph: RecursiveGraph, table: Mapping[str, np.ndarray], dtype: np.dtype,
+                   tokens: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """The ``leaf_state`` recipe: the leaf case run on every token id (or on ``tokens``: one
+    row per id, in that order), in ``dtype``; ``table`` holds (at least) what the leaf reads."""
     from cortex.core.reference import leaf_states  # the oracle's evaluator; it imports this module
 
     reads = {v.attr("name") for v in graph.case("leaf").values if v.op == "param"}
-    return leaf_states(graph, {name: np.asarray(exact[name], dtype=dtype) for name in reads})
+    return leaf_states(graph, {name: np.asarray(table[name], dtype=dtype) for name in reads}, tokens)
 
 
 # --------------------------------------------------------------------------------------------

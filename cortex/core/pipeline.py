@@ -53,11 +53,17 @@ if TYPE_CHECKING:
     from cortex.core.lower import Lowered
     from cortex.core.schedule import Schedule, ScheduleSpace
     from cortex.core.targets import Target
+    from cortex.core.token_tables import TokenTables
 
 GraphPass = Callable[["RecursiveGraph"], "RecursiveGraph"]
 
 #: Options every target accepts, handled by the core, never passed to a target's backend.
 SHARED_OPTIONS = ("dtype", "schedule", "dump", "passes", "max_table_mib")
+#: The default ``max_table_mib`` where the token tables are filled on use (a host runtime); a
+#: device, which gets them whole at compile time, keeps the table passes' own default (2**24
+#: entries: 64 MiB in float32). 128 MiB lets in the level-1 tables of a TreeLSTM with vocab 20000
+#: and hidden 256 (2 x 98 MiB, `docs/llvm.md`).
+ON_USE_TABLE_MIB = 128
 DTYPES = ("float32", "float64")
 
 #: The dump file of each stage, in pipeline order (the source's extension is added by dialect).
@@ -78,7 +84,8 @@ _ALLOWED = {
     "passes": "a list of graph passes: functions RecursiveGraph -> RecursiveGraph or names "
               "from cortex.core.passes.pipeline.ALL_PASSES",
     "max_table_mib": "a positive number: the largest table (MiB, in the compile dtype) a pass "
-                     "may precompute at bind time; default 64 in float32 (2**24 entries)",
+                     "may precompute; default 128 where tables are filled on use (CPU targets), "
+                     "else 2**24 entries (64 MiB in float32)",
 }
 
 
@@ -239,6 +246,7 @@ class Built:
     cache_key: str
     artifact: Any
     prepared: Mapping[str, np.ndarray] | None  # the prepared params; None when not asked for
+    tables: "TokenTables | None" = None  # fills the prepared token tables' rows on first use
 
 
 def build_artifact(model: Any, target: "Target", target_options: Mapping[str, Any],
@@ -253,18 +261,26 @@ def build_artifact(model: Any, target: "Target", target_options: Mapping[str, An
     if not isinstance(model, Model):
         raise TypeError(f"cortex.compile takes a cortex model (a cortex.core.model.Model such as "
                         f"cortex.models.TreeLSTM(...)), not {type(model).__name__}")
-    from cortex.core.lower import bound_params, lower
+    from cortex.core.backend import HostRuntime
+    from cortex.core.lower import lower
     from cortex.core.passes.pipeline import DEFAULT_PASSES, run_passes, with_table_limit
     from cortex.core.schedule import ScheduleError, ScheduleSpace
     from cortex.core.trace import trace
     dtype = options.dtype or model.dtype
-    passes = DEFAULT_PASSES if options.passes is None else options.passes
-    if options.max_table_mib is not None:
-        passes = with_table_limit(passes, int(options.max_table_mib * 2**20) // np.dtype(dtype).itemsize)
     dump = _Dumper(options.dump)
 
     backend: Backend = target.create_backend(target_options)
     caps = backend.capabilities
+    # A host runtime reads the params in place, so its token tables are left for the calls to
+    # fill, row by row (cortex.core.token_tables): they cost no compile time and only the memory
+    # of the tokens used, which allows bigger ones by default. A device gets them whole.
+    deferred = isinstance(backend.runtime, HostRuntime)
+    table_mib = options.max_table_mib
+    if table_mib is None and deferred:
+        table_mib = ON_USE_TABLE_MIB
+    passes = DEFAULT_PASSES if options.passes is None else options.passes
+    if table_mib is not None:
+        passes = with_table_limit(passes, int(table_mib * 2**20) // np.dtype(dtype).itemsize)
     try:
         space = ScheduleSpace(caps, dtype)
     except ScheduleError as e:
@@ -278,13 +294,13 @@ def build_artifact(model: Any, target: "Target", target_options: Mapping[str, An
     # The params' tables (derived params: big matmuls and elementwise passes in NumPy, which
     # release the GIL) need only the graph: a worker thread computes them while the main thread
     # lowers, renders and compiles; their weight layouts are applied once the program is known.
-    bound = _Worker(bound_params, graph, model.params, dtype) if prepare_params else None
+    bound = _Worker(_bind, graph, model.params, dtype, deferred) if prepare_params else None
     try:
         dump.write("graph_passes", str(graph))
         dump.write("options", json.dumps({
             "target": target.name, "target_options": dict(target_options), "dtype": dtype,
             "schedule": schedule.to_dict(), "passes": [p.__name__ for p in passes],
-            "max_table_mib": options.max_table_mib,
+            "max_table_mib": table_mib, "tables_filled_on_use": deferred,
         }, indent=2, sort_keys=True, default=repr))
         if dump:
             dump.write("loops", str(lower(graph, neutral_schedule(schedule), caps, dtype).program))
@@ -295,11 +311,35 @@ def build_artifact(model: Any, target: "Target", target_options: Mapping[str, An
         dump.write("source", source, source_extension(backend, source))
         key = backend.compiler.cache_key(source, target_options)
         artifact = backend.compiler.compile(source, target_options)
-        prepared = lowered.layout_params(bound.result()) if bound is not None else None
+        prepared, tables = _prepare(lowered, bound.result()) if bound is not None else (None, None)
     finally:
         if bound is not None:
             bound.join()  # never leave the worker running, whatever happened here
-    return Built(lowered, backend, source, key, artifact, prepared)
+    return Built(lowered, backend, source, key, artifact, prepared, tables)
+
+
+def _bind(graph: "RecursiveGraph", params: Mapping[str, np.ndarray], dtype: str,
+          deferred: bool) -> tuple[dict[str, np.ndarray], "TokenTables | None"]:
+    from cortex.core.lower import bound_params, bound_params_deferred
+
+    if deferred:
+        return bound_params_deferred(graph, params, dtype)
+    return bound_params(graph, params, dtype), None
+
+
+def _prepare(lowered: "Lowered", bound: tuple[dict[str, np.ndarray], "TokenTables | None"]
+             ) -> tuple[dict[str, np.ndarray], "TokenTables | None"]:
+    """The params in the program's layouts, and the token tables' filler. A table is filled
+    by row in place, so one whose buffer a schedule gave another layout is made whole here."""
+    table, tables = bound
+    if tables is not None:
+        layouts = {b.name: b.layout for b in lowered.program.buffers}
+        buf_of = dict(lowered.param_names)
+        if any(layouts.get(buf_of.get(n), ("row_major",)) != ("row_major",) for n in tables.names):
+            tables.attach({n: table[n] for n in tables.names if n in table})
+            tables.fill_all()
+            tables = None
+    return lowered.layout_params(table), tables
 
 
 def build(model: Any, target: "Target", target_options: Mapping[str, Any],
@@ -311,7 +351,7 @@ def build(model: Any, target: "Target", target_options: Mapping[str, Any],
     return Executable(target=target.name, options=target_options, lowered=b.lowered,
                       backend=b.backend, source=b.source, artifact=b.artifact,
                       cache_key=b.cache_key, params=model.params, model_name=model.name,
-                      prepared=b.prepared)
+                      prepared=b.prepared, tables=b.tables)
 
 
 class _Worker(threading.Thread):

@@ -78,19 +78,21 @@ def evaluate(graph: RecursiveGraph, params: Mapping[str, Any], batch: Linearized
     return states
 
 
-def leaf_states(graph: RecursiveGraph, table: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+def leaf_states(graph: RecursiveGraph, table: Mapping[str, np.ndarray],
+                tokens: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """The leaf case's states for every token id: ``{state: [vocab, *shape]}``, in the dtype of
-    ``table`` (the graph's params, derived ones included, as ``bind_params`` computes them).
-    Needs a graph whose only node input is a word (a leaf is then a function of its token)."""
+    ``table`` (the graph's params, derived ones included, as ``bind_params`` computes them);
+    with ``tokens`` (ids in ``[0, vocab)``), one row per id of it instead. Needs a graph whose
+    only node input is a word (a leaf is then a function of its token)."""
     words = [i for i in graph.node_inputs if i.kind == "word"]
     if len(graph.node_inputs) != 1 or not words:
         raise ReferenceInputError(f"graph {graph.name!r}: leaf states by token need a word input only")
-    vocab = int(words[0].vocab)
-    every_token = _TokenBatch(np.arange(vocab, dtype=np.int64))
-    out = {s.name: aligned_empty((vocab,) + s.shape, _table_dtype(table)) for s in graph.states}
-    run = _compile_case(graph, graph.case("leaf"), dict(table), every_token)
-    for lo in range(0, vocab, _TOKEN_CHUNK):  # chunks bound the temporaries of a huge vocabulary
-        run(_Level(lo, min(lo + _TOKEN_CHUNK, vocab)), out)
+    ids = np.arange(int(words[0].vocab), dtype=np.int64) if tokens is None else np.asarray(tokens, dtype=np.int64)
+    n = len(ids)
+    out = {s.name: aligned_empty((n,) + s.shape, _table_dtype(table)) for s in graph.states}
+    run = _compile_case(graph, graph.case("leaf"), dict(table), _TokenBatch(ids))
+    for lo in range(0, n, _TOKEN_CHUNK):  # chunks bound the temporaries of a huge vocabulary
+        run(_Level(lo, min(lo + _TOKEN_CHUNK, n)), out)
     return out
 
 

@@ -307,7 +307,7 @@ def test_params_are_prepared_beside_the_compile_and_their_errors_keep_their_type
 
     model = lstm()
     seen = []
-    real = lower_mod.bound_params
+    real = pipeline._bind
 
     def spy(*args):
         seen.append(threading.current_thread().name)
@@ -316,7 +316,7 @@ def test_params_are_prepared_beside_the_compile_and_their_errors_keep_their_type
     def never(self, params):
         raise AssertionError("the executable must get the worker's params, not prepare them again")
 
-    monkeypatch.setattr(lower_mod, "bound_params", spy)
+    monkeypatch.setattr(pipeline, "_bind", spy)
     monkeypatch.setattr(lower_mod.Lowered, "prepare_params", never)
     check_against_reference(model, cortex.compile(model, target="numpy")(TREES))
     assert seen == ["cortex-prepare-params"]  # once, in the worker

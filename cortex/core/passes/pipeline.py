@@ -11,7 +11,8 @@ their stacked gate projections become tables) -> distributing child sums over li
 (``Σ_c W x_c`` -> ``W Σ_c x_c``) -> CSE -> DCE -> fusion groups (annotation; last).
 
 The two table passes (hoisting, level-1 case) take ``max_table_elements``;
-:func:`with_table_limit` sets it for a pass list (the ``max_table_mib`` compile option).
+:func:`with_table_limit` sets it for a pass list (the ``max_table_mib`` compile option, whose
+default depends on whether the target fills the tables on use: ``cortex.core.pipeline``).
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ It is applied only when it removes every GEMV on a child state (otherwise the le
 would still do the expensive part, now reading tables), for fixed arity >= 2 (a chain's level 1
 is one node per sequence: not worth a table), and when each new table has at most
 ``max_table_elements`` entries (the same limit as ``hoist_invariant``: by default 2**24, 64 MiB in
-float32; the ``max_table_mib`` compile option raises it). Each table row is the same dot product
+float32; the ``max_table_mib`` compile option sets it, and its default is 128 MiB where the
+tables are filled on use, see ``cortex.core.token_tables``). Each table row is the same dot product
 the GEMV computed, summed in another order: results change by rounding only.
 """
 
