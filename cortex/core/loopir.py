@@ -530,15 +530,28 @@ class Program(Node):
 # --------------------------------------------------------------------------- traversal
 
 
-def _children(node: Node) -> Iterator[Node]:
-    for f in fields(node):  # type: ignore[arg-type]
-        v = getattr(node, f.name)
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def field_names(node: Node) -> tuple[str, ...]:
+    """The dataclass field names of ``node``'s type (cached: traversals ask per node, and
+    ``dataclasses.fields`` rebuilds its tuple on every call)."""
+    names = _FIELD_NAMES.get(type(node))
+    if names is None:
+        names = _FIELD_NAMES[type(node)] = tuple(f.name for f in fields(node))  # type: ignore[arg-type]
+    return names
+
+
+def children(node: Node) -> list[Node]:
+    """The nodes directly below ``node``, in field order."""
+    out: list[Node] = []
+    for name in field_names(node):
+        v = getattr(node, name)
         if isinstance(v, Node):
-            yield v
+            out.append(v)
         elif isinstance(v, tuple):
-            for x in v:
-                if isinstance(x, Node):
-                    yield x
+            out.extend(x for x in v if isinstance(x, Node))
+    return out
 
 
 def walk(node: Node) -> Iterator[Node]:
@@ -547,7 +560,9 @@ def walk(node: Node) -> Iterator[Node]:
     while stack:
         n = stack.pop()
         yield n
-        stack.extend(reversed(list(_children(n))))
+        kids = children(n)
+        kids.reverse()
+        stack.extend(kids)
 
 
 def _map_value(v, f):
@@ -562,11 +577,11 @@ def _map_value(v, f):
 def transform(node: Node, f: Callable[[Node], Node | None]) -> Node:
     """Rebuild ``node`` bottom-up; ``f`` returns a replacement for a node or None to keep it."""
     changes = {}
-    for fld in fields(node):  # type: ignore[arg-type]
-        v = getattr(node, fld.name)
+    for name in field_names(node):
+        v = getattr(node, name)
         nv = _map_value(v, f)
         if nv is not v:
-            changes[fld.name] = nv
+            changes[name] = nv
     if changes:
         node = replace(node, **changes)  # type: ignore[type-var]
     r = f(node)

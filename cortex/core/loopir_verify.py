@@ -552,7 +552,7 @@ class _Checker:
                 self.lanes(x, group, in_lane_reduce)
             self.lanes(n.body, group, True)
             return
-        for c in ir._children(n):
+        for c in ir.children(n):
             self.lanes(c, group, in_lane_reduce)
 
     def lane_width(self, lanes: int, what: str) -> None:

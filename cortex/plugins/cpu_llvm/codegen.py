@@ -85,33 +85,8 @@ class Symbols:
 SYMBOLS = Symbols()
 
 
-_FIELDS: dict[type, tuple[str, ...]] = {}
-
-
-def _kids(node: ir.Node):
-    """The child nodes of ``node`` (``loopir``'s traversal, with the field names cached)."""
-    names = _FIELDS.get(type(node))
-    if names is None:
-        import dataclasses
-
-        names = _FIELDS[type(node)] = tuple(f.name for f in dataclasses.fields(node))  # type: ignore[arg-type]
-    for name in names:
-        v = getattr(node, name)
-        if isinstance(v, ir.Node):
-            yield v
-        elif isinstance(v, tuple):
-            for x in v:
-                if isinstance(x, ir.Node):
-                    yield x
-
-
-def _walk(node: ir.Node):
-    """Every node below (and including) ``node``, pre-order (as ``ir.walk``)."""
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        yield n
-        stack.extend(reversed(list(_kids(n))))
+_kids = ir.children  # loopir's traversal
+_walk = ir.walk
 
 
 #: id(node) -> (node, names of every Var in it): the code generator asks "does this expression
@@ -125,17 +100,18 @@ def _var_names(node: ir.Node) -> frozenset:
     if hit is not None and hit[0] is node:
         return hit[1]
     # iterative post-order (a kernel body nests one Let per value: deeper than Python recursion)
-    stack: list[tuple[ir.Node, bool]] = [(node, False)]
+    stack: list[tuple[ir.Node, list | None]] = [(node, None)]  # (node, its kids once visited)
     while stack:
-        n, done = stack.pop()
+        n, kids = stack.pop()
         h = _NAMES.get(id(n))
         if h is not None and h[0] is n:
             continue
-        kids = list(_kids(n))
-        if not done and kids:
-            stack.append((n, True))
-            stack.extend((k, False) for k in kids)
-            continue
+        if kids is None:
+            kids = _kids(n)
+            if kids:
+                stack.append((n, kids))
+                stack.extend((k, None) for k in kids)
+                continue
         if isinstance(n, ir.Var):
             out = frozenset((n.name,))
         else:
