@@ -28,8 +28,8 @@ The params are prepared (derived params, the compile dtype, the schedule's weigh
 uploaded once, when the executable is built. On a host runtime the *token tables* among them
 (derived params with a row per token id: hoisted embedding projections, level-1 leaf tables) are
 the exception: their rows are computed by the first call whose batch holds the token, before its
-launch (:mod:`cortex.core.token_tables`; :meth:`Executable.fill_tables` computes the rest). Everything else that does not depend on the batch
-is worked out then too (the argument list with the params in place, which slots are staged
+launch (:mod:`cortex.core.token_tables`; :meth:`Executable.fill_tables` computes the rest).
+Everything else that does not depend on the batch is worked out then too (the argument list with the params in place, which slots are staged
 inputs and which pooled buffers, their shape functions and dtypes), so a call's Python work is
 binding, one pass over the pooled slots (skipped when the sizes repeat) and the fetches.
 """
@@ -80,7 +80,7 @@ class Executable:
                  tables: "TokenTables | None" = None) -> None:
         """``prepared``: ``lowered.prepare_params(params)`` when the caller already made it
         (the pipeline does, in a thread overlapping the backend's compile); ``tables``: the
-        filler of the token tables that ``prepared`` holds uninitialized (host runtimes only)."""
+        filler of the token tables that ``prepared`` holds as zero pages (host runtimes only)."""
         self.target = target
         self.options = dict(options)
         self.lowered = lowered

@@ -4,7 +4,8 @@ Pipeline position: beside the runtime stage. :class:`~cortex.core.backend.HostRu
 runtime of every backend whose device memory is host memory) allocates its output buffers and
 keeps its params here, and the param preparation (:func:`cortex.core.loop_transforms.to_layout`,
 derived params in :mod:`cortex.core.params`) writes its fresh arrays here directly, so handing
-them over costs no second copy.
+them over costs no second copy. Tables filled row by row on use (:mod:`cortex.core.token_tables`)
+live in :func:`sparse_zeros`, whose pages cost memory only once written.
 
 Why: NumPy aligns a fresh array's data to 16 bytes only. A 64-byte vector load (AVX-512, one
 float32 weight row-block of 16 lanes) from a 16-byte-aligned stream straddles two cache lines

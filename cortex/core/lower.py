@@ -127,7 +127,7 @@ def bound_params(graph: RecursiveGraph, params: Mapping[str, np.ndarray], dtype:
 
 def bound_params_deferred(graph: RecursiveGraph, params: Mapping[str, np.ndarray],
                           dtype: str) -> tuple[dict[str, np.ndarray], "TokenTables | None"]:
-    """:func:`bound_params` with the token tables uninitialized, and the
+    """:func:`bound_params` with the token tables as zero pages, and the
     :class:`~cortex.core.token_tables.TokenTables` that fills their rows on first use (None
     when the graph has none): for a host runtime, which reads the arrays in place."""
     from cortex.core.token_tables import bind_deferred

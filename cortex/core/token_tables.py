@@ -15,7 +15,8 @@ A *token table* is a derived param whose row ``t`` depends on token id ``t`` alo
 Made whole, they are the bulk of a compile's work for a big vocabulary (TreeLSTM, vocab 20000,
 h256, level-1 tables: 26 GFLOP of GEMM, the leaf case over 20000 tokens and 276 MiB of pages,
 about one core-second) although a call reads only the rows of the tokens in its batch. So the
-compile allocates them uninitialized (a page not touched costs no memory), and each call first
+compile allocates them as zero pages (:func:`~cortex.core.hostmem.sparse_zeros`: a page not
+written costs no memory), and each call first
 computes the rows of the tokens its batch holds that no earlier call computed
 (:meth:`TokenTables.ensure`: one gather over the batch's token ids when nothing is missing). A
 row is computed with the same recipe as the whole table, on the selected rows of its sources,
@@ -157,7 +158,7 @@ class TokenTables:
 
 def bind_deferred(graph: RecursiveGraph, params: Mapping[str, np.ndarray], dtype: str,
                   only: Collection[str]) -> tuple[dict[str, np.ndarray], TokenTables | None]:
-    """The params a program reads (``only``), in ``dtype``, with the token tables uninitialized,
+    """The params a program reads (``only``), in ``dtype``, with the token tables as zero pages,
     and the :class:`TokenTables` that fills them; ``(bind_params' table, None)`` when ``graph``
     has none."""
     dt = np.dtype(dtype)
