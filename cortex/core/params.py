@@ -70,8 +70,8 @@ def bind_params(graph: RecursiveGraph, params: Mapping[str, Any], dtype: Any = N
     compute anyway, at half the time and memory of the float64 product). ``only``: return just
     these names (every param is still checked; the others are only computed when a derived
     param needs them). ``defer``: derived params returned as zeros that take no memory until
-    written (:func:`~cortex.core.hostmem.sparse_zeros`), for :mod:`cortex.core.token_tables` to fill row by row; no param that is
-    computed here may read one.
+    written (:func:`~cortex.core.hostmem.sparse_zeros`), for :mod:`cortex.core.token_tables`
+    to fill row by row; no param that is computed here may read one.
     """
     return bind_exact(graph, params, dtype, compute_dtype, only, defer)[0]
 
@@ -102,7 +102,7 @@ def bind_exact(graph: RecursiveGraph, params: Mapping[str, Any], dtype: Any = No
             if only is None or d.name in only:
                 out[d.name] = sparse_zeros(d.shape, want)
             continue
-        if any(a in defer for a in d.args) or (d.recipe == "leaf_state" and defer):
+        if any(a in defer for a in d.args):  # (a leaf_state's args are what the leaf reads)
             raise ValueError(f"derived param {d.name!r} reads a deferred table; defer it too")
         if d.recipe == "leaf_state":
             if by_token is None:  # every state of the leaf case at once, for every token id

@@ -258,3 +258,13 @@ def test_a_token_no_program_reads_may_be_out_of_range():
     want = roots(exe.graph, evaluate(exe.graph, model.params, b), b)
     np.testing.assert_allclose(out.root("h"), want["h"], rtol=1e-4, atol=1e-5)
     assert exe.table_rows == (len({int(t) for t in b.word_ids if t >= 0}), V)
+
+
+def test_a_table_computed_whole_may_not_read_a_deferred_one():
+    model = lstm()
+    g = run_passes(model.trace())
+    names = token_table_names(g)
+    with pytest.raises(ValueError, match="reads a deferred table"):
+        bind_params(g, model.params, defer=names[:1])  # E_proj, but not the leaf states over it
+    table = bind_params(g, model.params, defer=names)
+    assert all(not table[n].any() for n in names)  # zeros, for the fill
