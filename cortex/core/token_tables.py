@@ -125,7 +125,7 @@ class TokenTables:
         """Compute every row not computed yet; returns how many token ids that was."""
         if self.complete:
             return 0
-        rows = np.flatnonzero(~self._done[:-1]).astype(np.int64)
+        rows = np.flatnonzero(~self._done[:-1])
         if len(rows):
             self._fill(rows)
         self.complete = True

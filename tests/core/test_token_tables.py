@@ -15,7 +15,7 @@ import pytest
 import cortex
 from cortex.core import pipeline
 from cortex.core.api import resolve_target
-from cortex.core.backend import Backend, Runtime
+from cortex.core.backend import Runtime
 from cortex.core.hostmem import is_aligned, sparse_zeros
 from cortex.core.linearize import linearize
 from cortex.core.params import bind_params
