@@ -107,9 +107,9 @@ def test_option_and_target_declarations_are_checked():
 
 def test_availability_is_truthy_and_describes_itself():
     assert Availability.yes("found") and Availability.yes("found").describe() == "yes (found)"
-    no = Availability.no("llvmlite is not installed", "pip install 'cortex[llvm]'")
+    no = Availability.no("llvmlite is not installed", "pip install 'cortex-compiler[llvm]'")
     assert not no
-    assert no.describe() == "no (llvmlite is not installed; fix: pip install 'cortex[llvm]')"
+    assert no.describe() == "no (llvmlite is not installed; fix: pip install 'cortex-compiler[llvm]')"
 
 
 # -- registry -------------------------------------------------------------------------------------
@@ -164,7 +164,7 @@ def test_builtin_llvm_target_without_llvmlite_says_how_to_install(monkeypatch):
 
     monkeypatch.setattr(llvm_target, "PACKAGE", "llvmlite_is_not_installed")
     with pytest.raises(TargetNotEnabledError, match=r"'llvm' is not enabled: llvmlite_is_not_"
-                                                    r"installed is not installed\. To fix: pip install 'cortex\[llvm\]'"):
+                                                    r"installed is not installed\. To fix: pip install 'cortex-compiler\[llvm\]'"):
         cortex.compile(object(), target="cpu")
 
 

@@ -84,7 +84,7 @@ def test_cuda_runnable_needs_a_driver_and_pycuda(clean_plugins):
     if expected_enabled("cuda") and driver.error:
         assert driver.error in state.reason
     if expected_enabled("cuda") and not has_pycuda:
-        assert "pycuda is not installed" in state.reason and "cortex[cuda]" in state.fix
+        assert "pycuda is not installed" in state.reason and "cortex-compiler[cuda]" in state.fix
 
 
 @pytest.mark.parametrize("name, option, value", [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("llvmlite", reason="the demo's default target is llvm (pip install 'cortex[llvm]')")
+pytest.importorskip("llvmlite", reason="the demo's default target is llvm (pip install 'cortex-compiler[llvm]')")
 
 from cortex.cli import main  # noqa: E402
 from cortex.plugins.cpu_llvm.demo import run_demo  # noqa: E402
