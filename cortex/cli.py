@@ -102,6 +102,16 @@ def format_info(info: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from cortex import __version__
 
@@ -111,18 +121,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     info = commands.add_parser("info", help="plugins, targets (enabled/runnable) and the host")
     info.add_argument("--json", action="store_true", help="print JSON instead of text")
-    demo = commands.add_parser("demo", help="TreeLSTM on the bundled sentences: outputs and "
-                               "latency on the default CPU target next to the NumPy reference")
-    demo.add_argument("--target", default="llvm", help="target to compile for (default: llvm)")
-    demo.add_argument("--hidden", type=int, default=256, help="hidden size (default: 256)")
+    demo = commands.add_parser(
+        "demo", help="the zoo's TreeLSTM on the bundled sentences: outputs and latency on a "
+        "target next to the NumPy reference",
+        description="Compile the zoo's TreeLSTM for a target and run it on the bundled example "
+        "sentences, next to the NumPy reference. A target that cannot run here is an error "
+        "(exit status 1); `cortex info` says what each target needs.")
+    demo.add_argument("--target", default="llvm",
+                      help="target to compile for (default: llvm; `cortex info` lists them)")
+    demo.add_argument("--hidden", type=_positive_int, default=256, help="hidden size (default: 256)")
+    demo.add_argument("-v", "--verbose", action="store_true", help="also print the schedule")
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 2
     if args.command == "demo":
-        from cortex.plugins.cpu_llvm.demo import run_demo
+        from cortex.plugins.cpu_llvm.demo import DemoError, run_demo
 
-        run_demo(target=args.target, hidden=args.hidden)
+        try:
+            run_demo(target=args.target, hidden=args.hidden, verbose=args.verbose)
+        except DemoError as exc:
+            print(f"cortex demo: error: {exc}", file=sys.stderr)
+            return 1
         return 0
     data = collect_info()
     print(json.dumps(data, indent=2, default=repr) if args.json else format_info(data))
