@@ -2,10 +2,11 @@
 
 Pipeline position: outside the pipeline; it reports what the plugin system and the host offer.
 
-``cortex info`` lists the plugins (version, source, hooks) and any plugin that failed, every
-target with its aliases, options, *enabled* and *runnable* states and their reasons, the host
-(CPU and SIMD features, OpenCL devices, nvcc, GPU) and the plugin environment switches.
-``cortex info --json`` prints the same as JSON.
+``cortex info`` lists the plugins (version, source, hooks) and any plugin that failed, the
+compile options every target accepts, every target with its aliases, own options, *enabled*
+and *runnable* states and their reasons, the host (CPU and SIMD features, OpenCL devices, nvcc,
+GPU) and the plugin environment switches. ``cortex info --json`` prints the same as JSON.
+``cortex demo`` runs the zoo's TreeLSTM on a target (``cortex.plugins.cpu_llvm.demo``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,27 @@ import json
 import os
 import sys
 from typing import Any, Sequence
+
+
+#: What each shared compile option defaults to, in words (``cortex.core.pipeline.CompileOptions``).
+SHARED_DEFAULTS = {
+    "dtype": "the model's dtype",
+    "schedule": "the target's default schedule",
+    "dump": "none",
+    "passes": "cortex.core.passes.pipeline.DEFAULT_PASSES",
+    "max_table_mib": "128 on CPU targets, 64 on a device",
+}
+
+
+def shared_options() -> list[dict[str, str]]:
+    """The options every target accepts (``cortex.core.pipeline.SHARED_OPTIONS``), with their
+    defaults and allowed values."""
+    from cortex.core import pipeline
+
+    allowed = getattr(pipeline, "_ALLOWED", {})  # the words compile-option errors use
+    return [{"name": name, "default": SHARED_DEFAULTS.get(name, "none"),
+             "allowed": allowed.get(name, "see cortex.core.pipeline")}
+            for name in pipeline.SHARED_OPTIONS]
 
 
 def collect_info() -> dict[str, Any]:
@@ -59,6 +81,7 @@ def collect_info() -> dict[str, Any]:
         ],
         "plugins_skipped": [{"name": n, "why": why} for n, why in system.skipped],
         "plugin_environment": system.environment_info(),
+        "shared_options": shared_options(),
         "targets": targets,
         "host": hostinfo.summary(),
         "switches": {name: os.environ.get(name, "") for name in ENV_SWITCHES},
@@ -82,6 +105,9 @@ def format_info(info: dict[str, Any]) -> str:
         lines.append(f"  FAILED {f['name']} [{f['source']}] at {f['stage']}: {f['error']}")
     for s in info["plugins_skipped"]:
         lines.append(f"  skipped {s['name']}: {s['why']}")
+    lines += ["", "Shared options (every target): cortex.compile(model, target=..., OPTION=value)"]
+    for o in info["shared_options"]:
+        lines.append(f"  option {o['name']} (default: {o['default']}): {o['allowed']}")
     lines += ["", "Targets:"]
     for t in info["targets"]:
         aliases = f" (alias {', '.join(t['aliases'])})" if t["aliases"] else ""
@@ -92,7 +118,8 @@ def format_info(info: dict[str, Any]) -> str:
                 text += f"  → fix: {t[state + '_fix']}"
             lines.append(text)
         for o in t["options"]:
-            lines.append(f"    option {o['name']}={o['default']!r}: {o['allowed']}")
+            about = f" — {o['help']}" if o["help"] else ""
+            lines.append(f"    option {o['name']}={o['default']!r}: {o['allowed']}{about}")
     if not info["targets"]:
         lines.append("  (none: no plugin registered a target)")
     lines += ["", "Host:"]
