@@ -6,6 +6,7 @@ pycuda). Plugins are loaded on first use — ``cortex.compile`` or ``cortex info
 Public API:
 
 * :func:`compile` — ``cortex.compile(model, target="llvm", **options)``
+* :func:`compile_only` — the same stages up to the target's compiler, without a device
 * :func:`trace` — ``cortex.trace(model)`` gives the model's RecursiveGraph
 * :data:`hookimpl` — the marker for plugin hook implementations (see ``docs/plugins.md``)
 * :class:`Target`, :class:`TargetOption`, :class:`Availability` — what a plugin registers
@@ -15,7 +16,7 @@ Public API:
 * the error classes, all derived from :class:`CortexError`
 """
 
-from cortex.core.api import compile, resolve_target
+from cortex.core.api import compile, compile_only, resolve_target
 from cortex.core.capabilities import Capabilities
 from cortex.core.errors import (
     CortexError,
@@ -70,6 +71,7 @@ __all__ = [
     "TargetOption",
     "UnknownTargetError",
     "compile",
+    "compile_only",
     "hookimpl",
     "resolve_target",
     "trace",

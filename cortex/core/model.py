@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import numpy as np
 
 from cortex.core.graph import FLOAT_DTYPES, NodeInput, ParamSpec, StateSpec
+from cortex.core.model_args import checked_init
 from cortex.core.model_errors import ModelDefinitionError
 
 if TYPE_CHECKING:
@@ -49,8 +50,21 @@ INITS = ("uniform", "normal", "zeros", "ones", "identity_noise")
 
 
 class Model:
-    """Base class of every recursive model (see the module docstring)."""
+    """Base class of every recursive model (see the module docstring).
 
+    A constructor call with a misspelt, missing or extra argument raises a ``TypeError`` that
+    lists the keywords the model takes (``cortex.core.model_args``)."""
+
+    #: Constructor keywords each model passes itself (not through ``**options``).
+    SET_BY_SUBCLASS = ("arity",)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is not None:
+            cls.__init__ = checked_init(getattr(init, "__wrapped__", init))  # type: ignore[method-assign]
+
+    @checked_init
     def __init__(
         self,
         *,

@@ -43,6 +43,7 @@ def _best_ms(fn: Callable[[], object], reps: int, budget_s: float) -> float:
 def check_target(target: str) -> str:
     """The canonical name of ``target`` if it can compile *and run* here, else :class:`DemoError`."""
     from cortex.core.api import resolve_target
+    from cortex.core.errors import TargetNotRunnableError
 
     try:
         resolved, _ = resolve_target(target)
@@ -50,10 +51,9 @@ def check_target(target: str) -> str:
         raise DemoError(str(exc)) from None
     runnable = resolved.runnable()
     if not runnable:
-        fix = f" To fix: {runnable.fix}." if runnable.fix else ""
-        raise DemoError(f"target {resolved.name!r} cannot run here: {runnable.reason}.{fix} "
-                        f"`cortex info` shows what every target needs; `cortex demo --target "
-                        f"numpy` runs anywhere.")
+        reason = TargetNotRunnableError(resolved.name, runnable.reason, runnable.fix)
+        raise DemoError(f"{reason}. `cortex info` shows what every target needs; "
+                        f"`cortex demo --target numpy` runs anywhere.")
     return resolved.name
 
 
