@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cortex.core.distribution import DISTRIBUTION, pip_install
+from cortex.core.distribution import DISTRIBUTION, pip_install, source_checkout
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = (ROOT / "pyproject.toml").read_text()
@@ -18,9 +18,17 @@ WRONG_NAME = re.compile(r"""(?<![\w-])cortex\[""")
 
 def test_the_distribution_name_is_the_one_every_hint_uses():
     assert re.search(rf'^name = "{DISTRIBUTION}"$', PYPROJECT, re.M)
-    assert pip_install("llvm") == "pip install 'cortex-compiler[llvm]'"
-    assert pip_install() == "pip install cortex-compiler"
-    assert pip_install("llvm", "test") == "pip install 'cortex-compiler[llvm,test]'"
+    assert pip_install("llvm", checkout=False) == "pip install 'cortex-compiler[llvm]'"
+    assert pip_install(checkout=False) == "pip install cortex-compiler"
+    assert pip_install("llvm", "test", checkout=False) == "pip install 'cortex-compiler[llvm,test]'"
+    clone = Path("/src/cortex clone")
+    assert pip_install("llvm", checkout=clone) == "pip install -e '/src/cortex clone[llvm]'"
+
+
+def test_from_a_checkout_the_fix_installs_into_that_checkout():
+    assert source_checkout() in (ROOT, None)  # None: imported from an installed copy
+    if source_checkout() is not None:
+        assert pip_install("opencl") == f"pip install -e '{ROOT}[opencl]'"
 
 
 def _user_facing_files() -> list[Path]:
@@ -48,7 +56,8 @@ def test_the_fix_of_a_target_without_its_package_names_this_distribution(monkeyp
     for module, extra in ((llvm_target, "llvm"), (opencl_target, "opencl")):
         monkeypatch.setattr(module, "PACKAGE", "no_such_package_here")
         state = module.enabled()
-        assert not state and state.fix == f"pip install '{DISTRIBUTION}[{extra}]'"
+        assert not state and state.fix == pip_install(extra)
+        assert state.fix.endswith(f"[{extra}]'") and (DISTRIBUTION in state.fix or "-e " in state.fix)
 
 
 def test_license_and_metadata():
