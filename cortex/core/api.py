@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cortex.core.errors import NotYetImplementedError, TargetNotEnabledError, TargetNotRunnableError
-from cortex.core.targets import Target
+from cortex.core.plugin.targets import Target
 
 #: How to get the code of a target that cannot run here (the end of ``cortex.compile``'s error).
 COMPILE_ONLY_HINT = ("cortex.compile builds an executable, which needs the device; "
@@ -43,7 +43,7 @@ def resolve_target(target: str, options: dict[str, Any] | None = None) -> tuple[
     allowed). A target that is enabled but not runnable resolves: compiling without running
     is allowed (the conformance suite's compile-only mode).
     """
-    from cortex.core.plugins import get_registry
+    from cortex.core.plugin.loader import get_registry
 
     resolved = get_registry().get(target)
     enabled = resolved.enabled()
@@ -67,8 +67,8 @@ def compile(model: Any, target: str = "llvm", **options: Any) -> Any:  # noqa: A
     (``dtype``, ``schedule``, ``passes``, ``max_table_mib``, ``dump``) and the target's own
     ``options``.
 
-    Returns a :class:`~cortex.core.executable.Executable`: ``exe(structures)`` gives
-    :class:`~cortex.core.outputs.Outputs`. Run ``cortex info`` to list the targets, their
+    Returns a :class:`~cortex.core.runtime.executable.Executable`: ``exe(structures)`` gives
+    :class:`~cortex.core.runtime.outputs.Outputs`. Run ``cortex info`` to list the targets, their
     options and whether they are enabled and runnable here. Errors come before any work:
     :class:`~cortex.core.errors.InvalidOptionError` names the option and what is allowed, and
     a target that cannot run here raises

@@ -33,9 +33,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from cortex.core.model import Model
-from cortex.core.model_errors import ParamError
-from cortex.core.params import set_params
+from cortex.core.frontend.model import Model
+from cortex.core.frontend.model_errors import ParamError
+from cortex.core.frontend.params import set_params
 from cortex.models.sequence import SeqGRU, SeqLSTM
 from cortex.models.tree_gru import TreeGRU
 from cortex.models.tree_lstm import ChildSumTreeLSTM, TreeLSTM

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from cortex import PluginWarning, cli
-from cortex.core import hostinfo
-from cortex.core.distribution import DISTRIBUTION
+from cortex.core.plugin import hostinfo
+from cortex.core.plugin.distribution import DISTRIBUTION
 
 pytestmark = pytest.mark.usefixtures("clean_plugins")
 

@@ -13,7 +13,7 @@ from dataclasses import replace
 import pytest
 
 import cortex
-from cortex.core.plugins import get_registry
+from cortex.core.plugin.loader import get_registry
 from cortex.data import ArityError, ParseError, TokenError
 from cortex.models import ChildSumTreeLSTM, TreeLSTM
 

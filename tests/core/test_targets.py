@@ -21,9 +21,9 @@ from cortex import (
     hookimpl,
 )
 from cortex.core.api import PipelineNotAvailableError
-from cortex.core.backend import Backend, Compiler, Renderer, Runtime
-from cortex.core.distribution import pip_install
-from cortex.core.targets import TargetRegistrar, TargetRegistry
+from cortex.core.plugin.backend import Backend, Compiler, Renderer, Runtime
+from cortex.core.plugin.distribution import pip_install
+from cortex.core.plugin.targets import TargetRegistrar, TargetRegistry
 
 pytestmark = pytest.mark.usefixtures("clean_plugins")
 

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 import cortex
-from cortex.core.model_errors import ParamError
-from cortex.core.reference import evaluate
+from cortex.core.frontend.model_errors import ParamError
+from cortex.core.frontend.reference import evaluate
 from cortex.models import (ChildSumTreeLSTM, TreeGRU, TreeLSTM, load_dgl_treelstm,
                            load_torch_binary_treelstm, load_torch_childsum, load_torch_treegru)
 from zoo_structures import Structure, make_batch

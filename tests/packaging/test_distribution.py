@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cortex.core.distribution import DISTRIBUTION, pip_install, source_checkout
+from cortex.core.plugin.distribution import DISTRIBUTION, pip_install, source_checkout
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = (ROOT / "pyproject.toml").read_text()

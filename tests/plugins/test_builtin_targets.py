@@ -13,8 +13,8 @@ import os
 
 import pytest
 
-from cortex.core import hostinfo
-from cortex.core.distribution import pip_install
+from cortex.core.plugin import hostinfo
+from cortex.core.plugin.distribution import pip_install
 
 pytestmark = pytest.mark.usefixtures("clean_plugins")
 

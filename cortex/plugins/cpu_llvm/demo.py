@@ -4,7 +4,7 @@ Pipeline position: outside the pipeline, a user-facing tour of it. It compiles
 ``cortex.models.TreeLSTM`` (random weights) for a target — ``llvm`` by default — runs it on
 ``cortex.data.examples()`` one sentence at a time, and prints, per sentence, the first root
 outputs, the latency of the compiled call and of the NumPy reference evaluator
-(``cortex.core.reference.evaluate``), and their largest difference.
+(``cortex.core.frontend.reference.evaluate``), and their largest difference.
 
 A target that does not exist, is not enabled or cannot run here is an error (:class:`DemoError`,
 with the reason and the fix), raised before anything is compiled: the demo never substitutes
@@ -71,8 +71,8 @@ def run_demo(target: str = "llvm", hidden: int = 256, reps: int = 20, show: int 
 
     Raises :class:`DemoError` before compiling when ``target`` cannot run here."""
     import cortex
-    from cortex.core.reference import evaluate
-    from cortex.core.trace import trace
+    from cortex.core.frontend.reference import evaluate
+    from cortex.core.frontend.trace import trace
     from cortex.data import example_texts, example_vocab, examples
     from cortex.models import TreeLSTM
 
