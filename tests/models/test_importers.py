@@ -18,6 +18,7 @@ import pytest
 import cortex
 from cortex.core.frontend.model_errors import ParamError
 from cortex.core.frontend.reference import evaluate
+from cortex.core.plugin.loader import get_registry
 from cortex.models import (ChildSumTreeLSTM, TreeGRU, TreeLSTM, load_dgl_treelstm,
                            load_torch_binary_treelstm, load_torch_childsum, load_torch_treegru)
 from zoo_structures import Structure, make_batch
@@ -308,7 +309,8 @@ def test_the_variants_compile_and_agree_with_the_reference():
     rng = np.random.default_rng(12)
     model = TreeLSTM(hidden=H, embed=X, vocab=V, leaf="linear", forget_bias="per_child", seed=3)
     load_torch_binary_treelstm(model, binary_state_dict(rng))
-    targets = ["numpy"] + (["llvm"] if cortex.resolve_target("llvm")[0].runnable() else [])
+    llvm = get_registry().get("llvm")
+    targets = ["numpy"] + (["llvm"] if llvm.enabled() and llvm.runnable() else [])
     trees = [((1, 2), (3, (4, 5))), 7, (((0, 1), 2), 3)]
     want = None
     for target in targets:
