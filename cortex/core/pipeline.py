@@ -261,6 +261,7 @@ def build_artifact(model: Any, target: "Target", target_options: Mapping[str, An
     if not isinstance(model, Model):
         raise TypeError(f"cortex.compile takes a cortex model (a cortex.core.model.Model such as "
                         f"cortex.models.TreeLSTM(...)), not {type(model).__name__}")
+    from cortex.core import render_cache
     from cortex.core.backend import HostRuntime
     from cortex.core.lower import lower
     from cortex.core.passes.pipeline import DEFAULT_PASSES, run_passes, with_table_limit
@@ -307,7 +308,7 @@ def build_artifact(model: Any, target: "Target", target_options: Mapping[str, An
 
         lowered = lower(graph, schedule, caps, dtype)  # verified against caps by lower itself
         dump.write("loops_scheduled", str(lowered.program))
-        source = backend.renderer.render(lowered.program)
+        source, _ = render_cache.render(backend.renderer, lowered.program)
         dump.write("source", source, source_extension(backend, source))
         key = backend.compiler.cache_key(source, target_options)
         artifact = backend.compiler.compile(source, target_options)

@@ -1,0 +1,106 @@
+"""Rendered sources kept on disk, so a second process skips the renderer.
+
+Pipeline position: the ``render`` stage (``cortex.core.pipeline``). Rendering a scheduled
+LoopProgram is most of a warm compile (LLVM IR for a TreeLSTM h256: about 0.5 s; OpenCL C with
+its jam and single-group transforms: about 1 s), and it is a pure function of the program and
+the renderer's settings. A renderer whose class sets ``cache_sources = True`` (the built-in
+``llvm``, ``opencl`` and ``cuda`` ones) gets its sources stored in the ``sources`` namespace of
+:mod:`cortex.core.diskcache`, keyed by
+
+* the code that renders (:func:`~cortex.core.diskcache.package_fingerprint` of ``cortex`` and
+  of the renderer's own package),
+* the renderer's class and settings (its instance attributes, by ``repr``; a renderer whose
+  settings have no stable ``repr`` is not cached),
+* the scheduled program (its ``repr``: every field of every node).
+
+A source is stored pickled (its class, its text and what the renderer attaches: the program the
+runtime needs), and read back with an unpickler that accepts only builtin containers and Cortex's own
+IR nodes and source types; anything else is a miss, and the source is rendered again.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+from typing import Any
+
+from cortex.core import diskcache
+from cortex.core.backend import Renderer, Source
+
+NAMESPACE = "sources"
+REVISION = "cortex-render-cache 1"
+_BUILTINS = frozenset({"str", "bytes", "tuple", "list", "dict", "set", "frozenset", "int", "float",
+                       "bool", "complex", "object", "NoneType"})
+
+
+def render_key(renderer: Renderer, program: Any) -> str | None:
+    """The key of ``renderer``'s source for ``program``; None when it cannot be keyed."""
+    settings = repr(sorted(vars(renderer).items()))
+    if " at 0x" in settings:  # an object without a value repr: its settings are not known
+        return None
+    cls = type(renderer)
+    package = cls.__module__.split(".")[0]
+    code = diskcache.package_fingerprint("cortex")
+    if package != "cortex":
+        code += diskcache.package_fingerprint(package)
+    return diskcache.digest(REVISION, code, f"{cls.__module__}.{cls.__qualname__}", settings,
+                            repr(program))
+
+
+class _SourceUnpickler(pickle.Unpickler):
+    """Loads only builtin containers and Cortex IR nodes / source types (str subclasses)."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module == "builtins" and name in _BUILTINS:  # copyreg: how a str subclass pickles
+            return super().find_class(module, name)
+        if module == "copyreg" and name == "_reconstructor":
+            return super().find_class(module, name)
+        if module == "cortex" or module.startswith("cortex."):
+            from cortex.core.loopir import Node
+
+            found = super().find_class(module, name)
+            if isinstance(found, type) and issubclass(found, (Node, str)):
+                return found
+        raise pickle.UnpicklingError(f"a cached source may not hold {module}.{name}")
+
+
+def dumps(source: Source) -> bytes:
+    """``source`` as bytes: its class, its text and its attributes (what a renderer attaches),
+    so a ``str`` subclass whose constructor takes more than the text round-trips too."""
+    base = str if isinstance(source, str) else bytes
+    return pickle.dumps((type(source), base(source), dict(getattr(source, "__dict__", {}))),
+                        protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def loads(data: bytes) -> Source:
+    """The source :func:`dumps` wrote (only Cortex's IR and source types are accepted)."""
+    cls, text, attrs = _SourceUnpickler(io.BytesIO(data)).load()
+    if not (isinstance(cls, type) and issubclass(cls, (str, bytes)) and isinstance(text, (str, bytes))):
+        raise pickle.UnpicklingError("not a cached source")
+    source = (str if isinstance(text, str) else bytes).__new__(cls, text)
+    if attrs:
+        source.__dict__.update(attrs)
+    return source
+
+
+def render(renderer: Renderer, program: Any) -> tuple[Source, bool]:
+    """``(source, found in the cache)``: ``renderer.render(program)``, or the cached source."""
+    if not getattr(renderer, "cache_sources", False):
+        return renderer.render(program), False
+    key = render_key(renderer, program)
+    if key is None:
+        return renderer.render(program), False
+    cache = diskcache.DiskCache(NAMESPACE)
+    data = cache.get(key)
+    if data is not None:
+        try:
+            return loads(data), True
+        except Exception:  # noqa: BLE001 - an unreadable entry is a miss
+            pass
+    source = renderer.render(program)
+    try:
+        data = dumps(source)
+    except Exception:  # noqa: BLE001 - a source that cannot be pickled is not cached
+        return source, False
+    cache.put(key, data)
+    return source, False
