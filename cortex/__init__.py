@@ -7,6 +7,9 @@ Public API:
 
 * :func:`compile` — ``cortex.compile(model, target="llvm", **options)``
 * :func:`trace` — ``cortex.trace(model)`` gives the model's RecursiveGraph
+* :func:`load` — ``cortex.load(path)`` reads what ``exe.save(path)`` or ``model.save(path)``
+  wrote (``cortex.core.persist``)
+* :class:`DiskCache` — the on-disk artifact cache, for plugins (``cortex.core.diskcache``)
 * :data:`hookimpl` — the marker for plugin hook implementations (see ``docs/plugins.md``)
 * :class:`Target`, :class:`TargetOption`, :class:`Availability` — what a plugin registers
 * :class:`Backend`, :class:`Renderer`, :class:`Compiler`, :class:`Runtime` — the backend contract
@@ -39,6 +42,8 @@ _LAZY = {
     "Runtime": "cortex.core.backend",
     "HostRuntime": "cortex.core.backend",
     "trace": "cortex.core.trace",
+    "load": "cortex.core.persist",
+    "DiskCache": "cortex.core.diskcache",
 }
 
 
@@ -56,6 +61,7 @@ __all__ = [
     "Backend",
     "Capabilities",
     "Compiler",
+    "DiskCache",
     "CortexError",
     "HostRuntime",
     "InvalidOptionError",
@@ -71,6 +77,7 @@ __all__ = [
     "UnknownTargetError",
     "compile",
     "hookimpl",
+    "load",
     "resolve_target",
     "trace",
 ]

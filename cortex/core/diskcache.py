@@ -46,7 +46,7 @@ import stat
 import tempfile
 import threading
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Mapping
 
@@ -160,11 +160,13 @@ def _warn_once(path: Path, what: str) -> None:
 
 @dataclass(frozen=True)
 class Entry:
-    """One entry a compile read or wrote (see :func:`recording`)."""
+    """One entry a compile read or wrote (see :func:`recording`); ``origin``: ``"disk"`` (read
+    from the cache), ``"saved"`` (offered by :func:`preloaded`) or ``"new"`` (just made)."""
 
     namespace: str
     key: str
-    data: bytes
+    data: bytes = field(repr=False)
+    origin: str = "new"
 
 
 _RECORDING: contextvars.ContextVar[list[Entry] | None] = contextvars.ContextVar("cortex_cache_recording", default=None)
@@ -194,10 +196,10 @@ def preloaded(entries: Mapping[tuple[str, str], bytes]) -> Iterator[None]:
         _PRELOADED.reset(token)
 
 
-def _record(namespace: str, key: str, data: bytes) -> None:
+def _record(namespace: str, key: str, data: bytes, origin: str) -> None:
     found = _RECORDING.get()
     if found is not None and not any(e.namespace == namespace and e.key == key for e in found):
-        found.append(Entry(namespace, key, data))
+        found.append(Entry(namespace, key, data, origin))
 
 
 class DiskCache:
@@ -255,7 +257,7 @@ class DiskCache:
         damaged entry is deleted)."""
         pre = _PRELOADED.get().get((self.namespace, key))
         if pre is not None:
-            _record(self.namespace, key, pre)
+            _record(self.namespace, key, pre, "saved")
             self.hits += 1
             return pre
         path = self.path_of(key)
@@ -266,7 +268,7 @@ class DiskCache:
         if data is None:
             self.misses += 1
             return None
-        _record(self.namespace, key, data)
+        _record(self.namespace, key, data, "disk")
         self.hits += 1
         return data
 
@@ -297,7 +299,7 @@ class DiskCache:
         unwritable (said once)."""
         data = bytes(data)
         path = self.path_of(key)
-        _record(self.namespace, key, data)
+        _record(self.namespace, key, data, "new")
         if not self._usable():
             return False
         header = MAGIC + hashlib.sha256(data).digest() + len(data).to_bytes(8, "little")

@@ -38,6 +38,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import weakref
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
@@ -345,14 +346,35 @@ def _prepare(lowered: "Lowered", bound: tuple[dict[str, np.ndarray], "TokenTable
 
 def build(model: Any, target: "Target", target_options: Mapping[str, Any],
           options: CompileOptions = CompileOptions()) -> "Executable":
-    """Run every stage for ``model`` on ``target`` and return the executable."""
+    """Run every stage for ``model`` on ``target`` and return the executable, with its recipe,
+    a snapshot of the params and the disk-cache entries the compile read or wrote (what
+    saving and pickling it carry: ``cortex.core.persist``)."""
+    from cortex.core import diskcache
     from cortex.core.executable import Executable
+    from cortex.core.persist import recipe_of
 
-    b = build_artifact(model, target, target_options, options)
-    return Executable(target=target.name, options=target_options, lowered=b.lowered,
-                      backend=b.backend, source=b.source, artifact=b.artifact,
-                      cache_key=b.cache_key, params=model.params, model_name=model.name,
-                      prepared=b.prepared, tables=b.tables)
+    snapshot = params_snapshot(model.params)
+    with diskcache.recording() as entries:
+        b = build_artifact(model, target, target_options, options)
+    exe = Executable(target=target.name, options=target_options, lowered=b.lowered,
+                     backend=b.backend, source=b.source, artifact=b.artifact,
+                     cache_key=b.cache_key, params=model.params, model_name=model.name,
+                     prepared=b.prepared, tables=b.tables,
+                     recipe=recipe_of(model, target.name, target_options, options),
+                     snapshot=snapshot, cache_entries=tuple(entries))
+    model.__dict__.setdefault("_compiled", weakref.WeakSet()).add(exe)  # set_params warns
+    return exe
+
+
+def params_snapshot(params: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Read-only copies of ``params``: what an executable was compiled with (saved and pickled
+    with it), whatever happens to the model's arrays later."""
+    out = {}
+    for name, a in params.items():
+        c = np.array(a, copy=True, order="C")
+        c.setflags(write=False)
+        out[name] = c
+    return out
 
 
 class _Worker(threading.Thread):

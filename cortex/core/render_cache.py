@@ -8,7 +8,9 @@ the renderer's settings. A renderer whose class sets ``cache_sources = True`` (t
 :mod:`cortex.core.diskcache`, keyed by
 
 * the code that renders (:func:`~cortex.core.diskcache.package_fingerprint` of ``cortex`` and
-  of the renderer's own package),
+  of the renderer's own package) and the module-level constants of that code as they are now
+  (:func:`knob_fingerprint`: the ``UPPER_CASE`` settings a test or a user may change, such
+  as the LLVM generator's prefetch distance),
 * the renderer's class and settings (its instance attributes, by ``repr``; a renderer whose
   settings have no stable ``repr`` is not cached),
 * the scheduled program (its ``repr``: every field of every node).
@@ -33,6 +35,35 @@ _BUILTINS = frozenset({"str", "bytes", "tuple", "list", "dict", "set", "frozense
                        "bool", "complex", "object", "NoneType"})
 
 
+def _plain(value: Any) -> str | None:
+    """A stable text of a simple constant (None for anything else)."""
+    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+        return repr(value)
+    if isinstance(value, (tuple, list)):
+        items = [_plain(v) for v in value]
+        return None if None in items else "(" + ",".join(items) + ")"  # type: ignore[arg-type]
+    if isinstance(value, (set, frozenset)):
+        items = [_plain(v) for v in value]
+        return None if None in items else "{" + ",".join(sorted(items)) + "}"  # type: ignore[arg-type]
+    return None
+
+
+def knob_fingerprint(*packages: str) -> str:
+    """The ``UPPER_CASE`` simple constants of every loaded module of ``packages``, as they are
+    now (a monkeypatched knob changes it)."""
+    import sys
+
+    parts = []
+    for name in sorted(n for n in list(sys.modules) if n.split(".")[0] in packages):
+        module = sys.modules.get(name)
+        for attr, value in sorted(getattr(module, "__dict__", {}).items()):
+            if attr.isupper() and not attr.startswith("_"):
+                text = _plain(value)
+                if text is not None:
+                    parts.append(f"{name}.{attr}={text}")
+    return diskcache.digest("\n".join(parts))
+
+
 def render_key(renderer: Renderer, program: Any) -> str | None:
     """The key of ``renderer``'s source for ``program``; None when it cannot be keyed."""
     settings = repr(sorted(vars(renderer).items()))
@@ -40,11 +71,10 @@ def render_key(renderer: Renderer, program: Any) -> str | None:
         return None
     cls = type(renderer)
     package = cls.__module__.split(".")[0]
-    code = diskcache.package_fingerprint("cortex")
-    if package != "cortex":
-        code += diskcache.package_fingerprint(package)
-    return diskcache.digest(REVISION, code, f"{cls.__module__}.{cls.__qualname__}", settings,
-                            repr(program))
+    packages = ("cortex",) if package == "cortex" else ("cortex", package)
+    code = "".join(diskcache.package_fingerprint(p) for p in packages)
+    return diskcache.digest(REVISION, code, knob_fingerprint(*packages),
+                            f"{cls.__module__}.{cls.__qualname__}", settings, repr(program))
 
 
 class _SourceUnpickler(pickle.Unpickler):
