@@ -9,8 +9,8 @@ the renderer's settings. A renderer whose class sets ``cache_sources = True`` (t
 
 * the code that renders (:func:`~cortex.core.diskcache.package_fingerprint` of ``cortex`` and
   of the renderer's own package) and the module-level constants of that code as they are now
-  (:func:`knob_fingerprint`: the ``UPPER_CASE`` settings a test or a user may change, such
-  as the LLVM generator's prefetch distance),
+  (:func:`knob_fingerprint` of :func:`knob_modules`: the ``UPPER_CASE`` settings a test or a
+  user may change, such as the LLVM generator's prefetch distance),
 * the renderer's class and settings (its instance attributes, by ``repr``; a renderer whose
   settings have no stable ``repr`` is not cached),
 * the scheduled program (its ``repr``: every field of every node).
@@ -48,15 +48,43 @@ def _plain(value: Any) -> str | None:
     return None
 
 
-def knob_fingerprint(*packages: str) -> str:
-    """The ``UPPER_CASE`` simple constants of every loaded module of ``packages``, as they are
-    now (a monkeypatched knob changes it)."""
-    import sys
+#: Core modules a renderer's output depends on besides its own package (the C-family renderer,
+#: its dialect tables, the loop transforms renderers apply).
+RENDER_MODULES = ("cortex.core.loopir", "cortex.core.render_c", "cortex.core.dialects",
+                  "cortex.core.jam", "cortex.core.loop_transforms")
+
+
+def knob_modules(renderer_module: str) -> tuple[str, ...]:
+    """The modules whose constants a renderer's output may depend on: the renderer's module,
+    the modules of its package that it imports (``codegen`` for the ``llvm`` renderer, ``forms``
+    for the ``opencl`` one), and :data:`RENDER_MODULES`. Found from the module's own globals, so
+    always the same set, whatever else a process has imported."""
+    import importlib
+    import types
+
+    module = importlib.import_module(renderer_module)
+    top = renderer_module.split(".")[0]
+    names = set(RENDER_MODULES) | {renderer_module}
+    for value in vars(module).values():
+        name = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", None)
+        if isinstance(name, str) and name.split(".")[0] in (top, "cortex"):
+            names.add(name)
+    return tuple(sorted(names))
+
+
+def knob_fingerprint(modules: tuple[str, ...]) -> str:
+    """The ``UPPER_CASE`` simple constants of ``modules`` as they are now (a monkeypatched or
+    edited knob changes it; a module that cannot be imported counts as absent)."""
+    import importlib
 
     parts = []
-    for name in sorted(n for n in list(sys.modules) if n.split(".")[0] in packages):
-        module = sys.modules.get(name)
-        for attr, value in sorted(getattr(module, "__dict__", {}).items()):
+    for name in modules:
+        try:
+            module = importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - e.g. a driver module without its library
+            parts.append(f"{name}: absent")
+            continue
+        for attr, value in sorted(vars(module).items()):
             if attr.isupper() and not attr.startswith("_"):
                 text = _plain(value)
                 if text is not None:
@@ -73,7 +101,7 @@ def render_key(renderer: Renderer, program: Any) -> str | None:
     package = cls.__module__.split(".")[0]
     packages = ("cortex",) if package == "cortex" else ("cortex", package)
     code = "".join(diskcache.package_fingerprint(p) for p in packages)
-    return diskcache.digest(REVISION, code, knob_fingerprint(*packages),
+    return diskcache.digest(REVISION, code, knob_fingerprint(knob_modules(cls.__module__)),
                             f"{cls.__module__}.{cls.__qualname__}", settings, repr(program))
 
 
