@@ -346,3 +346,20 @@ def namespaces() -> list[str]:
         return sorted(p.name for p in root().iterdir() if p.is_dir() and _KEY.match(p.name))
     except OSError:
         return []
+
+
+def report(clear: bool = False) -> dict[str, object]:
+    """What ``cortex cache`` shows: the root, whether caching is on (and why not), and per
+    namespace its entries and bytes; ``clear`` deletes every entry first."""
+    base = root()
+    out: dict[str, object] = {"root": str(base), "enabled": enabled(),
+                              "problem": directory_problem(base) if base.is_dir() else None}
+    spaces: dict[str, dict[str, int]] = {}
+    for name in namespaces():
+        cache = DiskCache(name)
+        removed = cache.clear() if clear else 0
+        files = cache.entries()
+        spaces[name] = {"entries": len(files), "bytes": sum(f.stat().st_size for f in files),
+                        "removed": removed}
+    out["namespaces"] = spaces
+    return out

@@ -353,9 +353,9 @@ def build(model: Any, target: "Target", target_options: Mapping[str, Any],
     from cortex.core.executable import Executable
     from cortex.core.persist import recipe_of
 
-    snapshot = params_snapshot(model.params)
     with diskcache.recording() as entries:
         b = build_artifact(model, target, target_options, options)
+    snapshot = params_snapshot(model.params)
     exe = Executable(target=target.name, options=target_options, lowered=b.lowered,
                      backend=b.backend, source=b.source, artifact=b.artifact,
                      cache_key=b.cache_key, params=model.params, model_name=model.name,

@@ -158,3 +158,14 @@ def test_clear_and_entries(root):
     assert [p.name for p in cache.entries()] == ["a.cubin", "b.cubin"]
     assert "cuda" in diskcache.namespaces()
     assert cache.clear() == 2 and cache.entries() == []
+
+
+def test_cortex_cache_shows_and_clears_the_cache(root, capsys):
+    from cortex.cli import main
+
+    DiskCache("llvm").put("k", b"x" * 100)
+    assert main(["cache"]) == 0
+    out = capsys.readouterr().out
+    assert f"Compile cache: {root}  [on]" in out and "llvm" in out and "1 entries" in out
+    assert main(["cache", "--clear", "--json"]) == 0
+    assert '"removed": 1' in capsys.readouterr().out and DiskCache("llvm").entries() == []
