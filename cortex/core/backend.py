@@ -36,7 +36,7 @@ class Renderer(ABC):
     ``Capabilities.dialect``; a plugin writes its own renderer only for a non-C form.
 
     ``cache_sources = True`` lets the pipeline keep this renderer's sources on disk
-    (:mod:`cortex.core.render_cache`), keyed by the program, the renderer's attributes and the
+    (:mod:`cortex.core.stage_cache`), keyed by the program, the renderer's attributes and the
     code of its package: set it when :meth:`render` is a pure function of those, its
     attributes have a value ``repr`` and its sources pickle (a ``str`` subclass whose extra
     attributes are IR nodes and builtin values).

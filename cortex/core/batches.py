@@ -63,22 +63,10 @@ def _elapsed(shown: Any) -> float:
     return time.perf_counter() - shown.start
 
 
-def _full_tree(k: int, depth: int) -> list[list[int]]:
-    """Children lists of a full ``k``-ary tree of ``depth`` internal levels (leaves first)."""
-    children: list[list[int]] = [[] for _ in range(k ** depth)]
-    level = list(range(len(children)))
-    while len(level) > 1:
-        parents = []
-        for i in range(0, len(level), k):
-            children.append(level[i:i + k])
-            parents.append(len(children) - 1)
-        level = parents
-    return children
-
-
 def _structure(nodes: int, arity: int | None, vocab: int | None, features: int | None) -> Any:
     """One input of about ``nodes`` nodes (at least one) that fits the model."""
     from cortex.core.linearize import EdgeList, Sequence
+    from cortex.testing.structures import balanced  # a full k-ary tree, leaves first
 
     if arity == 1:
         data = np.zeros((nodes, features)) if features else np.zeros(nodes, dtype=np.int64)
@@ -86,7 +74,7 @@ def _structure(nodes: int, arity: int | None, vocab: int | None, features: int |
     k, depth = arity or 2, 0
     while (k ** (depth + 2) - 1) // (k - 1) <= nodes:
         depth += 1
-    children = _full_tree(k, depth) if nodes > 1 else [[]]
+    children = balanced(depth, k) if nodes > 1 else [[]]
     edges = [(v, c) for v, cs in enumerate(children) for c in cs]
     words = np.zeros(len(children), dtype=np.int64) if vocab else None
     feats = np.zeros((len(children), features)) if features else None

@@ -1,7 +1,7 @@
 """The on-disk cache of compiled artifacts, shared by every backend (and offered to plugins).
 
 Pipeline position: beside the last two stages. The pipeline keeps rendered sources here
-(:mod:`cortex.core.render_cache`), and each backend's compiler keeps what it compiles: LLVM
+(:mod:`cortex.core.stage_cache`), and each backend's compiler keeps what it compiles: LLVM
 object code (``llvm``), OpenCL program binaries (``opencl``), cubins (``cuda``), shared
 libraries (``contrib/cortex-cc``). A second process that compiles the same model for the same
 machine finds them and skips rendering and compiling.

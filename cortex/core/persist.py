@@ -26,7 +26,7 @@ them in the time of a warm compile.
 
 Trust: ``params.npz`` is read with ``allow_pickle=False``; the model class is imported by its
 path and must be a :class:`~cortex.core.model.Model` subclass; cached sources are read with a
-restricted unpickler (:mod:`cortex.core.render_cache`). The saved machine code is run when its
+restricted unpickler (:mod:`cortex.core.stage_cache`). The saved machine code is run when its
 key matches this machine, like a shared library: load files you trust, or pass
 ``artifacts=False`` to compile from the recipe alone.
 """

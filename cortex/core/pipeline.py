@@ -262,7 +262,7 @@ def build_artifact(model: Any, target: "Target", target_options: Mapping[str, An
     if not isinstance(model, Model):
         raise TypeError(f"cortex.compile takes a cortex model (a cortex.core.model.Model such as "
                         f"cortex.models.TreeLSTM(...)), not {type(model).__name__}")
-    from cortex.core import render_cache
+    from cortex.core import stage_cache
     from cortex.core.backend import HostRuntime
     from cortex.core.lower import lower
     from cortex.core.passes.pipeline import DEFAULT_PASSES, run_passes, with_table_limit
@@ -280,9 +280,9 @@ def build_artifact(model: Any, target: "Target", target_options: Mapping[str, An
     table_mib = options.max_table_mib
     if table_mib is None and deferred:
         table_mib = ON_USE_TABLE_MIB
-    passes = DEFAULT_PASSES if options.passes is None else options.passes
-    if table_mib is not None:
-        passes = with_table_limit(passes, int(table_mib * 2**20) // np.dtype(dtype).itemsize)
+    given = DEFAULT_PASSES if options.passes is None else options.passes
+    table_elements = int(table_mib * 2**20) // np.dtype(dtype).itemsize if table_mib is not None else None
+    passes = given if table_elements is None else with_table_limit(given, table_elements)
     try:
         space = ScheduleSpace(caps, dtype)
     except ScheduleError as e:
@@ -292,7 +292,10 @@ def build_artifact(model: Any, target: "Target", target_options: Mapping[str, An
 
     traced = trace(model)
     dump.write("graph", str(traced))
-    graph = run_passes(traced, passes)
+    # a second process finds the passes' graph and the scheduled program in the disk cache
+    lowered_key = stage_cache.lowered_key(traced, given, table_elements, schedule, caps, dtype)
+    lowered = stage_cache.load_lowered(lowered_key)
+    graph = lowered.graph if lowered is not None else run_passes(traced, passes)
     # The params' tables (derived params: big matmuls and elementwise passes in NumPy, which
     # release the GIL) need only the graph: a worker thread computes them while the main thread
     # lowers, renders and compiles; their weight layouts are applied once the program is known.
@@ -307,9 +310,11 @@ def build_artifact(model: Any, target: "Target", target_options: Mapping[str, An
         if dump:
             dump.write("loops", str(lower(graph, neutral_schedule(schedule), caps, dtype).program))
 
-        lowered = lower(graph, schedule, caps, dtype)  # verified against caps by lower itself
+        if lowered is None:
+            lowered = lower(graph, schedule, caps, dtype)  # verified against caps by lower itself
+            stage_cache.store_lowered(lowered_key, lowered)
         dump.write("loops_scheduled", str(lowered.program))
-        source, _ = render_cache.render(backend.renderer, lowered.program)
+        source, _ = stage_cache.render(backend.renderer, lowered.program)
         dump.write("source", source, source_extension(backend, source))
         key = backend.compiler.cache_key(source, target_options)
         artifact = backend.compiler.compile(source, target_options)

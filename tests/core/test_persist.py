@@ -131,17 +131,22 @@ def test_update_params_takes_new_weights_without_recompiling(tmp_path):
         exe.update_params({"E": np.zeros((3, 3))})
 
 
-def test_files_from_a_newer_format_or_not_from_cortex_are_refused(tmp_path):
-    exe = cortex.compile(TreeRNN(hidden=3, vocab=5), target="numpy")
-    path = exe.save(tmp_path / "e")
+def _edited(path, out, change):
+    """A copy of the saved file ``path`` at ``out`` with ``change(manifest)`` applied."""
     with zipfile.ZipFile(path) as z:
         files = {n: z.read(n) for n in z.namelist()}
     manifest = json.loads(files["manifest.json"])
-    manifest["format_version"] = persist.FORMAT_VERSION + 1
-    newer = tmp_path / "newer"
-    with zipfile.ZipFile(newer, "w") as z:
+    change(manifest)
+    with zipfile.ZipFile(out, "w") as z:
         for n, d in files.items():
             z.writestr(n, json.dumps(manifest) if n == "manifest.json" else d)
+    return out
+
+
+def test_files_from_a_newer_format_or_not_from_cortex_are_refused(tmp_path):
+    exe = cortex.compile(TreeRNN(hidden=3, vocab=5), target="numpy")
+    newer = _edited(exe.save(tmp_path / "e"), tmp_path / "newer",
+                    lambda m: m.update(format_version=persist.FORMAT_VERSION + 1))
     with pytest.raises(PersistError, match="format version 2; this cortex reads versions up to 1: upgrade"):
         cortex.load(newer)
     (tmp_path / "junk").write_bytes(b"not a zip")
@@ -150,16 +155,8 @@ def test_files_from_a_newer_format_or_not_from_cortex_are_refused(tmp_path):
 
 
 def test_a_file_naming_a_class_that_is_not_a_model_is_refused(tmp_path):
-    path = TreeRNN(hidden=3, vocab=5).save(tmp_path / "m")
-    with zipfile.ZipFile(path) as z:
-        files = {n: z.read(n) for n in z.namelist()}
-    manifest = json.loads(files["manifest.json"])
-    manifest["model"]["class"] = "subprocess:run"
-    manifest["model"]["settings"] = {"args": ["false"]}
-    evil = tmp_path / "evil"
-    with zipfile.ZipFile(evil, "w") as z:
-        for n, d in files.items():
-            z.writestr(n, json.dumps(manifest) if n == "manifest.json" else d)
+    evil = _edited(TreeRNN(hidden=3, vocab=5).save(tmp_path / "m"), tmp_path / "evil",
+                   lambda m: m["model"].update({"class": "subprocess:run", "settings": {"args": ["false"]}}))
     with pytest.raises(PersistError, match="'subprocess:run' is not a cortex Model class"):
         cortex.load(evil)
 

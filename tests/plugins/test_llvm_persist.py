@@ -47,9 +47,9 @@ def fresh_cache(tmp_path, monkeypatch):
 
 def test_a_second_compile_reads_the_source_and_the_machine_code_from_the_cache(fresh_cache):
     first = cortex.compile(_model(), target="llvm")
-    assert _origins(first) == {"sources": "new", "llvm": "new"} and not first.artifact.jit.from_cache
+    assert _origins(first) == {"lowered": "new", "sources": "new", "llvm": "new"} and not first.artifact.jit.from_cache
     again = cortex.compile(_model(), target="llvm")
-    assert _origins(again) == {"sources": "disk", "llvm": "disk"} and again.artifact.jit.from_cache
+    assert _origins(again) == {"lowered": "disk", "sources": "disk", "llvm": "disk"} and again.artifact.jit.from_cache
     assert str(again.source) == str(first.source)
     _equal(again(TREES), first(TREES))
     assert "define" in again.artifact.optimized_ir  # optimized again on request
@@ -63,7 +63,7 @@ def test_a_second_process_compiles_from_the_cache(fresh_cache):
     env = {**os.environ, "CORTEX_CACHE_DIR": str(fresh_cache)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                          timeout=300, check=True).stdout
-    assert "[('llvm', 'disk'), ('sources', 'disk')] True" in out
+    assert "[('llvm', 'disk'), ('lowered', 'disk'), ('sources', 'disk')] True" in out
 
 
 def test_a_damaged_object_entry_is_compiled_again_and_replaced(fresh_cache):
@@ -82,8 +82,20 @@ def test_a_changed_generator_setting_is_a_new_source(fresh_cache, monkeypatch):
 
     first = cortex.compile(_model(), target="llvm")
     monkeypatch.setattr(codegen, "GATHER_PREFETCH", codegen.GATHER_PREFETCH + 1)
-    assert _origins(cortex.compile(_model(), target="llvm"))["sources"] == "new"
-    assert first  # the cached source of the old setting is not read
+    again = _origins(cortex.compile(_model(), target="llvm"))
+    assert again["lowered"] == "disk" and again["sources"] == "new"  # the old source is not read
+    assert first
+
+
+def test_a_changed_lowering_setting_or_an_unnamed_pass_is_a_new_lowering(fresh_cache, monkeypatch):
+    from cortex.core.passes import hoist
+    from cortex.core.passes.pipeline import DEFAULT_PASSES
+
+    cortex.compile(_model(), target="llvm")
+    monkeypatch.setattr(hoist, "DEFAULT_MAX_TABLE_ELEMENTS", hoist.DEFAULT_MAX_TABLE_ELEMENTS + 1)
+    assert _origins(cortex.compile(_model(), target="llvm"))["lowered"] == "new"
+    unnamed = cortex.compile(_model(), target="llvm", passes=[*DEFAULT_PASSES, lambda g: g])
+    assert "lowered" not in _origins(unnamed)  # no key: not cached
 
 
 def test_machine_code_keys_name_the_cpu_its_features_and_the_tools(monkeypatch):
@@ -106,10 +118,10 @@ def test_save_and_load_give_bit_equal_outputs_and_use_the_saved_artifacts(fresh_
     path = exe.save(tmp_path / "treelstm.cortex")
     want = exe(TREES)
     loaded = cortex.load(path)
-    assert _origins(loaded) == {"sources": "saved", "llvm": "saved"} and loaded.artifact.jit.from_cache
+    assert _origins(loaded) == {"lowered": "saved", "sources": "saved", "llvm": "saved"} and loaded.artifact.jit.from_cache
     _equal(loaded(TREES), want)
     lean = cortex.load(exe.save(tmp_path / "lean.cortex", artifacts=False))
-    assert _origins(lean) == {"sources": "disk", "llvm": "disk"}  # compiled from the recipe
+    assert _origins(lean) == {"lowered": "disk", "sources": "disk", "llvm": "disk"}  # compiled from the recipe
     _equal(lean(TREES), want)
 
 
@@ -120,7 +132,7 @@ def test_a_saved_file_from_another_machine_is_compiled_again(fresh_cache, tmp_pa
     real = jit.object_key
     monkeypatch.setattr(jit, "object_key", lambda *a, **k: real(*a, **k)[::-1])  # "another CPU"
     loaded = cortex.load(path)
-    assert _origins(loaded) == {"sources": "saved", "llvm": "new"} and not loaded.artifact.jit.from_cache
+    assert _origins(loaded) == {"lowered": "saved", "sources": "saved", "llvm": "new"} and not loaded.artifact.jit.from_cache
     _equal(loaded(TREES), exe(TREES))
 
 
@@ -142,7 +154,7 @@ def test_an_unusable_cache_directory_compiles_without_it_and_says_why(tmp_path, 
     monkeypatch.setattr(diskcache, "_WARNED", set())
     with pytest.warns(diskcache.CacheWarning, match="refusing the cache directory .*group or others can write"):
         exe = cortex.compile(_model(), target="llvm")
-    assert _origins(exe) == {"sources": "new", "llvm": "new"} and list(shared.iterdir()) == []
+    assert _origins(exe) == {"lowered": "new", "sources": "new", "llvm": "new"} and list(shared.iterdir()) == []
     with warnings.catch_warnings():
         warnings.simplefilter("error", diskcache.CacheWarning)
         _equal(cortex.compile(_model(), target="llvm")(TREES), exe(TREES))
@@ -158,13 +170,13 @@ needs_opencl = pytest.mark.skipif(
 @needs_opencl
 def test_opencl_builds_from_the_cached_binary_and_round_trips_a_file(fresh_cache, tmp_path):
     first = cortex.compile(_model(), target="opencl")
-    assert first.backend.compiler.builds == 1 and _origins(first) == {"sources": "new", "opencl": "new"}
+    assert first.backend.compiler.builds == 1 and _origins(first) == {"lowered": "new", "sources": "new", "opencl": "new"}
     again = cortex.compile(_model(), target="opencl")
-    assert again.backend.compiler.builds == 0 and _origins(again) == {"sources": "disk", "opencl": "disk"}
+    assert again.backend.compiler.builds == 0 and _origins(again) == {"lowered": "disk", "sources": "disk", "opencl": "disk"}
     want = first(TREES)
     _equal(again(TREES), want)
     loaded = cortex.load(first.save(tmp_path / "cl.cortex"))
-    assert loaded.backend.compiler.builds == 0 and _origins(loaded) == {"sources": "saved", "opencl": "saved"}
+    assert loaded.backend.compiler.builds == 0 and _origins(loaded) == {"lowered": "saved", "sources": "saved", "opencl": "saved"}
     _equal(loaded(TREES), want)
 
 

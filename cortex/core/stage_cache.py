@@ -1,36 +1,40 @@
-"""Rendered sources kept on disk, so a second process skips the renderer.
+"""Stage products kept on disk, so a second process skips lowering and rendering.
 
-Pipeline position: the ``render`` stage (``cortex.core.pipeline``). Rendering a scheduled
-LoopProgram is most of a warm compile (LLVM IR for a TreeLSTM h256: about 0.5 s; OpenCL C with
-its jam and single-group transforms: about 1 s), and it is a pure function of the program and
-the renderer's settings. A renderer whose class sets ``cache_sources = True`` (the built-in
-``llvm``, ``opencl`` and ``cuda`` ones) gets its sources stored in the ``sources`` namespace of
-:mod:`cortex.core.diskcache`, keyed by
+Pipeline position: the ``lower`` and ``render`` stages (``cortex.core.pipeline``). Both are
+pure functions of their inputs, and they are most of a warm compile once the machine code is
+cached (TreeLSTM h256: passes and lowering about 0.1 s; LLVM IR about 0.5 s; OpenCL C with its
+jam and single-group transforms about 1 s). Two namespaces of :mod:`cortex.core.diskcache`:
 
-* the code that renders (:func:`~cortex.core.diskcache.package_fingerprint` of ``cortex`` and
-  of the renderer's own package) and the module-level constants of that code as they are now
-  (:func:`knob_fingerprint` of :func:`knob_modules`: the ``UPPER_CASE`` settings a test or a
-  user may change, such as the LLVM generator's prefetch distance),
-* the renderer's class and settings (its instance attributes, by ``repr``; a renderer whose
-  settings have no stable ``repr`` is not cached),
-* the scheduled program (its ``repr``: every field of every node).
+* ``lowered``: the graph after the passes and the scheduled :class:`~cortex.core.lower.Lowered`
+  program, keyed by the traced graph (its ``repr``: every field), the passes (by import name;
+  a pass without one, such as a lambda, is not cached), the table limit, the schedule, the
+  target's capabilities, the dtype, the code of ``cortex`` and the ``UPPER_CASE`` constants
+  of every ``cortex.core`` module as they are now;
+* ``sources``: a renderer's source, when its class sets ``cache_sources = True`` (the built-in
+  ``llvm``, ``opencl`` and ``cuda`` ones), keyed by the code of ``cortex`` and of the
+  renderer's package, the constants of the renderer's modules (:func:`knob_modules`: e.g. the
+  LLVM generator's prefetch distance), the renderer's attributes (by ``repr``; a renderer whose
+  attributes have no value ``repr`` is not cached) and the scheduled program.
 
-A source is stored pickled (its class, its text and what the renderer attaches: the program the
-runtime needs), and read back with an unpickler that accepts only builtin containers and Cortex's own
-IR nodes and source types; anything else is a miss, and the source is rendered again.
+Values are pickled and read back with an unpickler that accepts only builtin containers and
+Cortex's own IR dataclasses and source types; anything else is a miss, and the stage runs.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import io
 import pickle
-from typing import Any
+from typing import Any, Sequence
 
 from cortex.core import diskcache
 from cortex.core.backend import Renderer, Source
 
 NAMESPACE = "sources"
 REVISION = "cortex-render-cache 1"
+LOWERED = "lowered"
+LOWERED_REVISION = "cortex-lowered 1"
 _BUILTINS = frozenset({"str", "bytes", "tuple", "list", "dict", "set", "frozenset", "int", "float",
                        "bool", "complex", "object", "NoneType"})
 
@@ -105,8 +109,9 @@ def render_key(renderer: Renderer, program: Any) -> str | None:
                             f"{cls.__module__}.{cls.__qualname__}", settings, repr(program))
 
 
-class _SourceUnpickler(pickle.Unpickler):
-    """Loads only builtin containers and Cortex IR nodes / source types (str subclasses)."""
+class _StageUnpickler(pickle.Unpickler):
+    """Loads only builtin containers and Cortex's IR: dataclasses, IR nodes and source types
+    (``str`` subclasses) defined in ``cortex``."""
 
     def find_class(self, module: str, name: str) -> Any:
         if module == "builtins" and name in _BUILTINS:  # copyreg: how a str subclass pickles
@@ -117,9 +122,63 @@ class _SourceUnpickler(pickle.Unpickler):
             from cortex.core.loopir import Node
 
             found = super().find_class(module, name)
-            if isinstance(found, type) and issubclass(found, (Node, str)):
+            if isinstance(found, type) and (issubclass(found, (Node, str)) or dataclasses.is_dataclass(found)):
                 return found
-        raise pickle.UnpicklingError(f"a cached source may not hold {module}.{name}")
+        raise pickle.UnpicklingError(f"a cached stage may not hold {module}.{name}")
+
+
+def _load(data: bytes) -> Any:
+    return _StageUnpickler(io.BytesIO(data)).load()
+
+
+# ---- lowering ----------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=None)
+def core_modules() -> tuple[str, ...]:
+    """Every module of the ``cortex.core`` package tree (whatever a process has imported)."""
+    import pkgutil
+
+    import cortex.core
+
+    return tuple(sorted(m.name for m in pkgutil.walk_packages(cortex.core.__path__, "cortex.core.")))
+
+
+def lowered_key(traced: Any, passes: Sequence[Any], table_elements: int | None, schedule: Any,
+                capabilities: Any, dtype: str) -> str | None:
+    """The key of the lowering of ``traced``; None when a pass has no import name."""
+    names = []
+    for p in passes:
+        qualname = getattr(p, "__qualname__", "<none>")
+        if "<" in qualname:  # a lambda or a function defined in a function
+            return None
+        names.append(f"{getattr(p, '__module__', '?')}.{qualname}")
+    return diskcache.digest(LOWERED_REVISION, diskcache.package_fingerprint("cortex"),
+                            knob_fingerprint(core_modules()), repr(traced), "\n".join(names),
+                            repr(table_elements), repr(schedule), repr(capabilities), dtype)
+
+
+def load_lowered(key: str | None) -> Any:
+    """The cached :class:`~cortex.core.lower.Lowered` for ``key`` (None on a miss)."""
+    from cortex.core.lower import Lowered
+
+    data = diskcache.DiskCache(LOWERED).get(key) if key is not None else None
+    if data is None:
+        return None
+    try:
+        found = _load(data)
+    except Exception:  # noqa: BLE001 - an unreadable entry is a miss
+        return None
+    return found if isinstance(found, Lowered) else None
+
+
+def store_lowered(key: str | None, lowered: Any) -> None:
+    if key is not None:  # its fields only: nothing a call has worked out and stored on it
+        diskcache.DiskCache(LOWERED).put(key, pickle.dumps(dataclasses.replace(lowered),
+                                                           protocol=pickle.HIGHEST_PROTOCOL))
+
+
+# ---- rendering ---------------------------------------------------------------------------------
 
 
 def dumps(source: Source) -> bytes:
@@ -132,7 +191,7 @@ def dumps(source: Source) -> bytes:
 
 def loads(data: bytes) -> Source:
     """The source :func:`dumps` wrote (only Cortex's IR and source types are accepted)."""
-    cls, text, attrs = _SourceUnpickler(io.BytesIO(data)).load()
+    cls, text, attrs = _load(data)
     if not (isinstance(cls, type) and issubclass(cls, (str, bytes)) and isinstance(text, (str, bytes))):
         raise pickle.UnpicklingError("not a cached source")
     source = (str if isinstance(text, str) else bytes).__new__(cls, text)
