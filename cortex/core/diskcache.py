@@ -92,9 +92,10 @@ def digest(*parts: str | bytes) -> str:
 
 @functools.lru_cache(maxsize=None)
 def package_fingerprint(package: str = "cortex") -> str:
-    """A hash of every ``.py`` file of an importable package (path and content), computed once
-    per process: part of the keys of what its code produces, so an edited or upgraded
-    package never reads an entry an older one wrote."""
+    """A hash of every ``.py`` file of an importable package (path, size and modification
+    time: stat calls, no reading), computed once per process: part of the keys of what its
+    code produces, so an edited, upgraded or reinstalled package never reads an entry an
+    older one wrote."""
     import importlib.util
 
     spec = importlib.util.find_spec(package)
@@ -108,10 +109,10 @@ def package_fingerprint(package: str = "cortex") -> str:
     h = hashlib.sha256(package.encode())
     for f in files:
         try:
-            data = f.read_bytes()
+            st = f.stat()
         except OSError:
             continue
-        h.update(str(f.relative_to(base)).encode() + b"\0" + len(data).to_bytes(8, "little") + data)
+        h.update(f"{f.relative_to(base)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
     return h.hexdigest()
 
 

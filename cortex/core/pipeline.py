@@ -227,9 +227,15 @@ class _Dumper:
     def __bool__(self) -> bool:
         return self.directory is not None
 
-    def write(self, stage: str, text: str | bytes, extension: str = "") -> None:
+    def write(self, stage: str, text: Any, extension: str = "") -> None:
+        """Write ``text`` (``str``/``bytes``; anything else is printed with ``str``, a callable
+        is called first): only when dumping, so a compile never prints what it does not write."""
         if self.directory is None:
             return
+        if callable(text):
+            text = text()
+        if not isinstance(text, (str, bytes)):
+            text = str(text)
         path = self.directory / (STAGE_FILES[stage] + extension)
         if isinstance(text, bytes):
             path.write_bytes(text)
@@ -248,6 +254,7 @@ class Built:
     artifact: Any
     prepared: Mapping[str, np.ndarray] | None  # the prepared params; None when not asked for
     tables: "TokenTables | None" = None  # fills the prepared token tables' rows on first use
+    snapshot: Mapping[str, np.ndarray] | None = None  # read-only copies of the model's params
 
 
 def build_artifact(model: Any, target: "Target", target_options: Mapping[str, Any],
@@ -291,7 +298,7 @@ def build_artifact(model: Any, target: "Target", target_options: Mapping[str, An
     schedule = resolve_schedule(target.name, space, options.schedule)
 
     traced = trace(model)
-    dump.write("graph", str(traced))
+    dump.write("graph", traced)
     # a second process finds the passes' graph and the scheduled program in the disk cache
     lowered_key = stage_cache.lowered_key(traced, given, table_elements, schedule, caps, dtype)
     lowered = stage_cache.load_lowered(lowered_key)
@@ -299,10 +306,10 @@ def build_artifact(model: Any, target: "Target", target_options: Mapping[str, An
     # The params' tables (derived params: big matmuls and elementwise passes in NumPy, which
     # release the GIL) need only the graph: a worker thread computes them while the main thread
     # lowers, renders and compiles; their weight layouts are applied once the program is known.
-    bound = _Worker(_bind, graph, model.params, dtype, deferred) if prepare_params else None
+    bound = _Worker(_bind_and_snapshot, graph, model.params, dtype, deferred) if prepare_params else None
     try:
-        dump.write("graph_passes", str(graph))
-        dump.write("options", json.dumps({
+        dump.write("graph_passes", graph)
+        dump.write("options", lambda: json.dumps({
             "target": target.name, "target_options": dict(target_options), "dtype": dtype,
             "schedule": schedule.to_dict(), "passes": [p.__name__ for p in passes],
             "max_table_mib": table_mib, "tables_filled_on_use": deferred,
@@ -313,16 +320,23 @@ def build_artifact(model: Any, target: "Target", target_options: Mapping[str, An
         if lowered is None:
             lowered = lower(graph, schedule, caps, dtype)  # verified against caps by lower itself
             stage_cache.store_lowered(lowered_key, lowered)
-        dump.write("loops_scheduled", str(lowered.program))
+        dump.write("loops_scheduled", lowered.program)
         source, _ = stage_cache.render(backend.renderer, lowered.program)
         dump.write("source", source, source_extension(backend, source))
         key = backend.compiler.cache_key(source, target_options)
         artifact = backend.compiler.compile(source, target_options)
-        prepared, tables = _prepare(lowered, bound.result()) if bound is not None else (None, None)
+        table, tables, snapshot = bound.result() if bound is not None else (None, None, None)
+        prepared, tables = _prepare(lowered, (table, tables)) if bound is not None else (None, None)
     finally:
         if bound is not None:
             bound.join()  # never leave the worker running, whatever happened here
-    return Built(lowered, backend, source, key, artifact, prepared, tables)
+    return Built(lowered, backend, source, key, artifact, prepared, tables, snapshot)
+
+
+def _bind_and_snapshot(graph: "RecursiveGraph", params: Mapping[str, np.ndarray], dtype: str,
+                       deferred: bool) -> tuple[Any, Any, dict[str, np.ndarray]]:
+    """The worker's job: :func:`_bind`, and the params snapshot the executable keeps."""
+    return (*_bind(graph, params, dtype, deferred), params_snapshot(params))
 
 
 def _bind(graph: "RecursiveGraph", params: Mapping[str, np.ndarray], dtype: str,
@@ -360,7 +374,7 @@ def build(model: Any, target: "Target", target_options: Mapping[str, Any],
 
     with diskcache.recording() as entries:
         b = build_artifact(model, target, target_options, options)
-    snapshot = params_snapshot(model.params)
+    snapshot = b.snapshot if b.snapshot is not None else params_snapshot(model.params)
     exe = Executable(target=target.name, options=target_options, lowered=b.lowered,
                      backend=b.backend, source=b.source, artifact=b.artifact,
                      cache_key=b.cache_key, params=model.params, model_name=model.name,

@@ -8,8 +8,8 @@ jam and single-group transforms about 1 s). Two namespaces of :mod:`cortex.core.
 * ``lowered``: the graph after the passes and the scheduled :class:`~cortex.core.lower.Lowered`
   program, keyed by the traced graph (its ``repr``: every field), the passes (by import name;
   a pass without one, such as a lambda, is not cached), the table limit, the schedule, the
-  target's capabilities, the dtype, the code of ``cortex`` and the ``UPPER_CASE`` constants
-  of every ``cortex.core`` module as they are now;
+  target's capabilities, the dtype, the code of ``cortex`` and the ``UPPER_CASE`` constants,
+  as they are now, of the modules the lowering's code reaches (:data:`LOWERING_ROOTS`);
 * ``sources``: a renderer's source, when its class sets ``cache_sources = True`` (the built-in
   ``llvm``, ``opencl`` and ``cuda`` ones), keyed by the code of ``cortex`` and of the
   renderer's package, the constants of the renderer's modules (:func:`knob_modules`: e.g. the
@@ -23,7 +23,6 @@ Cortex's own IR dataclasses and source types; anything else is a miss, and the s
 from __future__ import annotations
 
 import dataclasses
-import functools
 import io
 import pickle
 from typing import Any, Sequence
@@ -52,28 +51,12 @@ def _plain(value: Any) -> str | None:
     return None
 
 
-#: Core modules a renderer's output depends on besides its own package (the C-family renderer,
-#: its dialect tables, the loop transforms renderers apply).
-RENDER_MODULES = ("cortex.core.loopir", "cortex.core.render_c", "cortex.core.dialects",
-                  "cortex.core.jam", "cortex.core.loop_transforms")
-
-
 def knob_modules(renderer_module: str) -> tuple[str, ...]:
-    """The modules whose constants a renderer's output may depend on: the renderer's module,
-    the modules of its package that it imports (``codegen`` for the ``llvm`` renderer, ``forms``
-    for the ``opencl`` one), and :data:`RENDER_MODULES`. Found from the module's own globals, so
-    always the same set, whatever else a process has imported."""
-    import importlib
-    import types
-
-    module = importlib.import_module(renderer_module)
-    top = renderer_module.split(".")[0]
-    names = set(RENDER_MODULES) | {renderer_module}
-    for value in vars(module).values():
-        name = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", None)
-        if isinstance(name, str) and name.split(".")[0] in (top, "cortex"):
-            names.add(name)
-    return tuple(sorted(names))
+    """The modules whose constants a renderer's output may depend on: the closure
+    (:func:`module_closure`) of the renderer's module within ``cortex`` and the renderer's own
+    package (for the ``opencl`` renderer: its ``forms``, the core's ``render_c``, ``jam``...)."""
+    packages = tuple(sorted({"cortex", renderer_module.split(".")[0]}))
+    return module_closure((renderer_module,), packages)
 
 
 def knob_fingerprint(modules: tuple[str, ...]) -> str:
@@ -134,14 +117,36 @@ def _load(data: bytes) -> Any:
 # ---- lowering ----------------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=None)
-def core_modules() -> tuple[str, ...]:
-    """Every module of the ``cortex.core`` package tree (whatever a process has imported)."""
-    import pkgutil
+#: Where the lowering's code starts: the closure of these (:func:`module_closure`) is what a
+#: lowering depends on.
+LOWERING_ROOTS = ("cortex.core.pipeline", "cortex.core.trace", "cortex.core.passes.pipeline",
+                  "cortex.core.lower", "cortex.core.schedule")
 
-    import cortex.core
 
-    return tuple(sorted(m.name for m in pkgutil.walk_packages(cortex.core.__path__, "cortex.core.")))
+def module_closure(roots: Sequence[str], packages: Sequence[str] = ("cortex",)) -> tuple[str, ...]:
+    """``roots`` and every module of ``packages`` they reach through their globals (a module,
+    or a function or class defined in one), recursively: a set fixed by the code, whatever
+    else a process has imported, and made only of modules that process needs anyway."""
+    import importlib
+    import types
+
+    seen: set[str] = set()
+    todo = list(roots)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        try:
+            module = importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - e.g. a driver module without its library
+            seen.add(name)
+            continue
+        seen.add(name)
+        for value in list(vars(module).values()):
+            ref = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", None)
+            if isinstance(ref, str) and ref.split(".")[0] in packages and ref not in seen:
+                todo.append(ref)
+    return tuple(sorted(seen))
 
 
 def lowered_key(traced: Any, passes: Sequence[Any], table_elements: int | None, schedule: Any,
@@ -154,7 +159,7 @@ def lowered_key(traced: Any, passes: Sequence[Any], table_elements: int | None, 
             return None
         names.append(f"{getattr(p, '__module__', '?')}.{qualname}")
     return diskcache.digest(LOWERED_REVISION, diskcache.package_fingerprint("cortex"),
-                            knob_fingerprint(core_modules()), repr(traced), "\n".join(names),
+                            knob_fingerprint(module_closure(LOWERING_ROOTS)), repr(traced), "\n".join(names),
                             repr(table_elements), repr(schedule), repr(capabilities), dtype)
 
 
