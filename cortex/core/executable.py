@@ -32,6 +32,12 @@ launch (:mod:`cortex.core.token_tables`; :meth:`Executable.fill_tables` computes
 Everything else that does not depend on the batch is worked out then too (the argument list with the params in place, which slots are staged
 inputs and which pooled buffers, their shape functions and dtypes), so a call's Python work is
 binding, one pass over the pooled slots (skipped when the sizes repeat) and the fetches.
+
+After compiling: :meth:`Executable.update_params` prepares and uploads new weights into the
+same compiled code; :meth:`Executable.warmup` does the first calls' work now (token-table
+rows, each kernel form's first launch); :meth:`Executable.map` streams a corpus
+(:mod:`cortex.core.batches`); :meth:`Executable.save` and pickling keep the executable as its
+recipe, params snapshot and disk-cache entries (:mod:`cortex.core.persist`).
 """
 
 from __future__ import annotations

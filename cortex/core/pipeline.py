@@ -21,6 +21,12 @@ passes, while the main thread lowers, renders and compiles; it is joined before 
 is made, and its error, if any, is raised as is. The weight layouts are applied after that. The backend is created and the schedule resolved first,
 so a target without a code generator or an illegal schedule fails before any tracing.
 
+The graph passes with the lowering (stages 02-04) and the rendering (05) are read from the
+disk cache when a process compiled the same thing before (:mod:`cortex.core.stage_cache`), and
+the backends keep what they compile there too (:mod:`cortex.core.diskcache`); :func:`build`
+records every entry it read or wrote, with the recipe (:mod:`cortex.core.persist`), so the
+executable can be saved and pickled.
+
 The schedule is the target's ``ScheduleSpace(capabilities, dtype).default()`` unless the user
 gives ``schedule=`` (a :class:`~cortex.core.schedule.Schedule`, a dict of knobs overriding the
 default, or its JSON). The *unscheduled* program of stage 03 is the same lowering with every
