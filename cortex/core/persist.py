@@ -258,10 +258,10 @@ def _header(kind: str) -> dict[str, Any]:
 def _write(path: str | Path, manifest: dict[str, Any], files: Mapping[str, bytes]) -> Path:
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as z:
-        z.writestr(MANIFEST, json.dumps(manifest, indent=2, sort_keys=True))
-        for name, data in files.items():
-            z.writestr(name, data)
+    with zipfile.ZipFile(tmp, "w") as z:
+        z.writestr(MANIFEST, json.dumps(manifest, indent=2, sort_keys=True), zipfile.ZIP_DEFLATED)
+        for name, data in files.items():  # params stored as they are (floats do not deflate)
+            z.writestr(name, data, zipfile.ZIP_STORED if name == PARAMS else zipfile.ZIP_DEFLATED)
     tmp.replace(path)  # a reader never sees half a file
     return path
 
