@@ -25,7 +25,7 @@ recipe, params and entries (:func:`reduce_executable`), so a worker process rebu
 them in the time of a warm compile.
 
 Trust: ``params.npz`` is read with ``allow_pickle=False``; the model class is imported by its
-path and must be a :class:`~cortex.core.model.Model` subclass; cached sources are read with a
+path and must be a :class:`~cortex.core.frontend.model.Model` subclass; cached sources are read with a
 restricted unpickler (:mod:`cortex.core.stage_cache`). The saved machine code is run when its
 key matches this machine, like a shared library: load files you trust, or pass
 ``artifacts=False`` to compile from the recipe alone.
@@ -47,8 +47,8 @@ import numpy as np
 from cortex.core import diskcache
 
 if TYPE_CHECKING:
-    from cortex.core.executable import Executable
-    from cortex.core.model import Model
+    from cortex.core.runtime.executable import Executable
+    from cortex.core.frontend.model import Model
     from cortex.core.pipeline import CompileOptions
 
 FORMAT = "cortex"
@@ -142,7 +142,7 @@ def recipe_of(model: "Model", target: str, target_options: Mapping[str, Any],
               options: "CompileOptions") -> Recipe:
     """The recipe of ``cortex.compile(model, target, **target_options, **options)``."""
     from cortex.core.passes.pipeline import ALL_PASSES
-    from cortex.core.schedule import Schedule
+    from cortex.core.lowering.schedule import Schedule
 
     cls, settings, problem = model_recipe(model)
     schedule = options.schedule
@@ -185,8 +185,8 @@ def make_model(class_name: str, settings: Mapping[str, Any], params: Mapping[str
                expected: type | None = None) -> "Model":
     """``class_name(**settings)`` (a Model subclass, checked before it is called) with
     ``params`` loaded (names and shapes must match)."""
-    from cortex.core.model import Model
-    from cortex.core.params import _check_and_cast
+    from cortex.core.frontend.model import Model
+    from cortex.core.frontend.params import _check_and_cast
 
     cls = import_path(class_name, "model class")
     if not (isinstance(cls, type) and issubclass(cls, Model)):

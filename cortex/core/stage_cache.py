@@ -5,7 +5,7 @@ pure functions of their inputs, and they are most of a warm compile once the mac
 cached (TreeLSTM h256: passes and lowering about 0.1 s; LLVM IR about 0.5 s; OpenCL C with its
 jam and single-group transforms about 1 s). Two namespaces of :mod:`cortex.core.diskcache`:
 
-* ``lowered``: the graph after the passes and the scheduled :class:`~cortex.core.lower.Lowered`
+* ``lowered``: the graph after the passes and the scheduled :class:`~cortex.core.lowering.lower.Lowered`
   program, keyed by the traced graph (its ``repr``: every field), the passes (by import name;
   a pass without one, such as a lambda, is not cached), the table limit, the schedule, the
   target's capabilities, the dtype, the code of ``cortex`` and the ``UPPER_CASE`` constants,
@@ -28,7 +28,7 @@ import pickle
 from typing import Any, Sequence
 
 from cortex.core import diskcache
-from cortex.core.backend import Renderer, Source
+from cortex.core.plugin.backend import Renderer, Source
 
 NAMESPACE = "sources"
 REVISION = "cortex-render-cache 1"
@@ -119,8 +119,8 @@ def _load(data: bytes) -> Any:
 
 #: Where the lowering's code starts: the closure of these (:func:`module_closure`) is what a
 #: lowering depends on.
-LOWERING_ROOTS = ("cortex.core.pipeline", "cortex.core.trace", "cortex.core.passes.pipeline",
-                  "cortex.core.lower", "cortex.core.schedule")
+LOWERING_ROOTS = ("cortex.core.pipeline", "cortex.core.frontend.trace", "cortex.core.passes.pipeline",
+                  "cortex.core.lowering.lower", "cortex.core.lowering.schedule")
 
 
 def module_closure(roots: Sequence[str], packages: Sequence[str] = ("cortex",)) -> tuple[str, ...]:
@@ -164,8 +164,8 @@ def lowered_key(traced: Any, passes: Sequence[Any], table_elements: int | None, 
 
 
 def load_lowered(key: str | None) -> Any:
-    """The cached :class:`~cortex.core.lower.Lowered` for ``key`` (None on a miss)."""
-    from cortex.core.lower import Lowered
+    """The cached :class:`~cortex.core.lowering.lower.Lowered` for ``key`` (None on a miss)."""
+    from cortex.core.lowering.lower import Lowered
 
     data = diskcache.DiskCache(LOWERED).get(key) if key is not None else None
     if data is None:

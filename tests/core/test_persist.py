@@ -16,7 +16,7 @@ import pytest
 
 import cortex
 from cortex.core import persist
-from cortex.core.model import Model, ParamsNotUpdatedWarning
+from cortex.core.frontend.model import Model, ParamsNotUpdatedWarning
 from cortex.core.persist import PersistError
 from cortex.models import DAGRNN, MVRNN, ChildSumTreeLSTM, SeqGRU, SeqLSTM, TreeFC, TreeGRU, TreeLSTM, TreeRNN
 
@@ -125,9 +125,9 @@ def test_update_params_takes_new_weights_without_recompiling(tmp_path):
     mixed.set_params({**mixed.params, "E": model.params["E"]})
     _equal(exe(TREES), cortex.compile(mixed, target="numpy")(TREES))
     _equal(cortex.load(exe.save(tmp_path / "e"))(TREES), exe(TREES))  # saves the new ones
-    with pytest.raises(cortex.core.model_errors.ParamError, match="no params named"):
+    with pytest.raises(cortex.core.frontend.model_errors.ParamError, match="no params named"):
         exe.update_params({"nope": np.zeros(3)})
-    with pytest.raises(cortex.core.model_errors.ParamError, match="has shape"):
+    with pytest.raises(cortex.core.frontend.model_errors.ParamError, match="has shape"):
         exe.update_params({"E": np.zeros((3, 3))})
 
 
@@ -223,7 +223,7 @@ def test_map_reports_progress_with_the_plain_fallback(monkeypatch, capsys):
 
 
 def test_warmup_runs_synthetic_batches_that_fit_every_kind_of_model():
-    from cortex.core.batches import warmup_batches
+    from cortex.core.runtime.batches import warmup_batches
 
     for model in ZOO:
         exe = cortex.compile(model, target="numpy")
@@ -233,7 +233,7 @@ def test_warmup_runs_synthetic_batches_that_fit_every_kind_of_model():
 
 
 def test_a_long_table_fill_reports_progress(monkeypatch, capsys):
-    from cortex.core import token_tables
+    from cortex.core.runtime import token_tables
 
     monkeypatch.setenv("CORTEX_PROGRESS", "plain")
     monkeypatch.setattr(token_tables, "CHUNK_ROWS", 64)
@@ -247,7 +247,7 @@ def test_a_long_table_fill_reports_progress(monkeypatch, capsys):
 
 
 def test_plain_progress_lines(monkeypatch):
-    from cortex.core import progress
+    from cortex.core.runtime import progress
 
     stream = io.StringIO()
     bar = progress._Plain(10, "work", "items", stream=stream, every=0.0)

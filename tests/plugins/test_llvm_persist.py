@@ -18,7 +18,8 @@ import pytest
 pytest.importorskip("llvmlite", reason="the llvm target needs llvmlite (pip install 'cortex[llvm]')")
 
 import cortex  # noqa: E402
-from cortex.core import diskcache, hostinfo  # noqa: E402
+from cortex.core import diskcache  # noqa: E402
+from cortex.core.plugin import hostinfo  # noqa: E402
 from cortex.models import TreeLSTM  # noqa: E402
 from cortex.plugins.cpu_llvm import jit  # noqa: E402
 

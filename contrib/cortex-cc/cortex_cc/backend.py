@@ -2,7 +2,7 @@
 
 Pipeline position: the last two stages for target ``cc``.
 
-* renderer — ``cortex.core.render_c.render(program, "c")``; the source is a ``str`` that also
+* renderer — ``cortex.core.render.c_family.render(program, "c")``; the source is a ``str`` that also
   carries what the call needs (entry symbol, buffer dtypes, counts);
 * compiler — ``cc -O2 -std=c11 -shared -fPIC`` into a shared library kept in Cortex's disk
   cache (``cortex.core.diskcache``: namespace ``cc``, or the directory ``$CORTEX_CC_CACHE``) as
@@ -28,7 +28,7 @@ import numpy as np
 
 from cortex import Backend, Capabilities, Compiler, HostRuntime, Renderer
 from cortex.core.diskcache import DiskCache
-from cortex.core.render_c import entry_symbol, render
+from cortex.core.render.c_family import entry_symbol, render
 
 NP_DTYPES = {"float32": np.float32, "float64": np.float64, "int32": np.int32}
 
