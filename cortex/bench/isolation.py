@@ -97,7 +97,8 @@ class ProcessHost:
         self.exit_status: int | None = None
 
     # ---------------------------------------------------------------- stop / continue
-    def _pause(self) -> None:
+    def pause(self) -> None:
+        """Stop the worker (with ``stop_idle``) and wait until it is stopped."""
         if not self.stop_idle or self.stopped or not self.alive():
             return
         os.kill(self.pid, signal.SIGSTOP)
@@ -107,7 +108,8 @@ class ProcessHost:
         else:  # it died instead: keep its exit status (waitpid reaped it)
             self.exit_status = os.waitstatus_to_exitcode(status)
 
-    def _resume(self) -> None:
+    def resume(self) -> None:
+        """Continue a stopped worker."""
         if self.stopped:
             os.kill(self.pid, signal.SIGCONT)
             self.stopped = False
@@ -119,7 +121,7 @@ class ProcessHost:
     def request(self, op: str, timeout: float, **args: Any) -> Any:
         if not self.alive():
             raise WorkerError(self._death())
-        self._resume()
+        self.resume()
         try:
             assert self.proc.stdin is not None and self.proc.stdout is not None
             pickle.dump({"op": op, **args}, self.proc.stdin, protocol=pickle.HIGHEST_PROTOCOL)
@@ -132,7 +134,7 @@ class ProcessHost:
         except (EOFError, OSError, pickle.UnpicklingError) as exc:
             raise WorkerError(self._death(exc)) from exc
         finally:
-            self._pause()
+            self.pause()
         if not reply["ok"]:
             self._log.write(reply.get("traceback", "").encode())
             self._log.flush()
@@ -162,14 +164,14 @@ class ProcessHost:
 
     def kill(self) -> None:
         if self.proc.poll() is None:
-            self._resume()
+            self.resume()
             self.proc.kill()
             self.proc.wait()
 
     def close(self) -> None:
         try:
             if self.alive():
-                self._resume()
+                self.resume()
                 assert self.proc.stdin is not None
                 pickle.dump({"op": "quit"}, self.proc.stdin)
                 self.proc.stdin.flush()

@@ -102,12 +102,20 @@ def _log_axis(ax: Any, values: list[int]) -> None:
 
 
 def _log_y(ax: Any) -> None:
-    """Log y axis labelled with plain numbers (0.1, 1, 10), minor ticks unlabelled."""
-    from matplotlib.ticker import FuncFormatter, NullFormatter
+    """Log y axis labelled with plain numbers (0.1, 1, 10); more labels on shorter spans."""
+    import math
+
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     ax.set_yscale("log")
+    lo, hi = ax.get_ylim()
+    span = hi / lo
+    subs = (1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 7.0) if span < 10 else (1.0, 2.0, 5.0) if span < 10**2.2 else (1.0,)
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=subs))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.yaxis.set_minor_formatter(NullFormatter())
+    if math.isfinite(lo) and math.isfinite(hi):
+        ax.set_ylim(lo, hi)
 
 
 def _fixed(doc: dict[str, Any], axis: str) -> str:
@@ -123,75 +131,74 @@ def _title(doc: dict[str, Any], what: str) -> str:
             f"isolation: {doc['fairness']['isolation']}, {doc['created_utc'][:10]}")
 
 
-def plot_latency(doc: dict[str, Any], path: Path) -> None:
+def _grid_plot(doc: dict[str, Any], path: Path, draw: Any, ylabel: str, what: str) -> None:
+    """One panel per model (rows) and axis (columns); ``draw(ax, model, axis)`` plots a panel
+    and returns the x values it used and its lines by legend label."""
     models = doc["settings"]["models"]
-    style = styles(doc)
     fig = _figure(len(models), len(AXES))
     axes = fig.subplots(len(models), len(AXES), squeeze=False)
     handles: dict[str, Any] = {}
     for i, model in enumerate(models):
         for j, (axis, label) in enumerate(AXES):
             ax = axes[i][j]
-            recs = axis_records(doc, model, axis)
-            for name, st in style.items():
-                pts = sorted((axis_value(r, axis), r) for r in recs if r["name"] == name)
-                if not pts:
-                    continue
-                xs = [x for x, _ in pts]
-                (line,) = ax.plot(xs, [r["median_ms"] for _, r in pts], label=name, markersize=5, **st)
-                ax.fill_between(xs, [r["p10_ms"] for _, r in pts], [r["p90_ms"] for _, r in pts],
-                                color=st["color"], alpha=0.12, linewidth=0)
-                handles[name] = line
-            xs_all = [axis_value(r, axis) for r in recs]
-            if xs_all:
-                _log_axis(ax, xs_all)
+            xs, lines = draw(ax, model, axis)
+            handles.update(lines)
+            if xs:
+                _log_axis(ax, xs)
             _log_y(ax)
             ax.set_title(f"{model}  ({_fixed(doc, axis)})", fontsize=9.5)
             ax.set_xlabel(label, fontsize=9)
             if j == 0:
-                ax.set_ylabel("median latency per call (ms)", fontsize=9)
-    fig.suptitle(_title(doc, "Latency (median, band p10-p90; lower is better)"), fontsize=10)
-    fig.legend(list(handles.values()), list(handles), loc="outside lower center",
-               ncol=min(len(handles), 7), fontsize=9, frameon=False)
-    fig.savefig(path, dpi=110)
-
-
-def plot_speedup(doc: dict[str, Any], path: Path) -> None:
-    models = doc["settings"]["models"]
-    targets, peers = contenders(doc)
-    style = styles(doc)
-    dashes = ("-", ":", "-.", "--")
-    fig = _figure(len(models), len(AXES))
-    axes = fig.subplots(len(models), len(AXES), squeeze=False)
-    handles: dict[str, Any] = {}
-    for i, model in enumerate(models):
-        for j, (axis, label) in enumerate(AXES):
-            ax = axes[i][j]
-            xs_all: list[int] = []
-            for k, t in enumerate(targets):
-                for p in peers:
-                    pts = speedups(doc, model, axis, t, p)
-                    if not pts:
-                        continue
-                    xs_all += [x for x, _ in pts]
-                    name = f"{t} over {p}" if len(targets) > 1 else f"over {p}"
-                    (line,) = ax.plot([x for x, _ in pts], [s for _, s in pts], label=name,
-                                      color=style[p]["color"], marker=style[p]["marker"],
-                                      linestyle=dashes[k % len(dashes)], linewidth=1.8, markersize=5)
-                    handles[name] = line
-            ax.axhline(1.0, color="black", linewidth=0.8)
-            if xs_all:
-                _log_axis(ax, xs_all)
-            _log_y(ax)
-            ax.set_title(f"{model}  ({_fixed(doc, axis)})", fontsize=9.5)
-            ax.set_xlabel(label, fontsize=9)
-            if j == 0:
-                ax.set_ylabel("speedup (peer time / Cortex time)", fontsize=9)
-    what = "Speedup of " + ", ".join(targets) + " over each peer (above 1: Cortex is faster)"
+                ax.set_ylabel(ylabel, fontsize=9)
     fig.suptitle(_title(doc, what), fontsize=10)
     fig.legend(list(handles.values()), list(handles), loc="outside lower center",
                ncol=min(len(handles), 6), fontsize=9, frameon=False)
     fig.savefig(path, dpi=110)
+
+
+def plot_latency(doc: dict[str, Any], path: Path) -> None:
+    style = styles(doc)
+
+    def draw(ax: Any, model: str, axis: str) -> tuple[list[int], dict[str, Any]]:
+        recs = axis_records(doc, model, axis)
+        lines = {}
+        for name, st in style.items():
+            pts = sorted((axis_value(r, axis), r) for r in recs if r["name"] == name)
+            if not pts:
+                continue
+            xs = [x for x, _ in pts]
+            (lines[name],) = ax.plot(xs, [r["median_ms"] for _, r in pts], label=name, markersize=5, **st)
+            ax.fill_between(xs, [r["p10_ms"] for _, r in pts], [r["p90_ms"] for _, r in pts],
+                            color=st["color"], alpha=0.09, linewidth=0)
+        return [axis_value(r, axis) for r in recs], lines
+
+    _grid_plot(doc, path, draw, "median latency per call (ms)",
+               "Latency (median, band p10-p90; lower is better)")
+
+
+def plot_speedup(doc: dict[str, Any], path: Path) -> None:
+    targets, peers = contenders(doc)
+    style = styles(doc)
+    dashes = ("-", ":", "-.", "--")
+
+    def draw(ax: Any, model: str, axis: str) -> tuple[list[int], dict[str, Any]]:
+        xs: list[int] = []
+        lines = {}
+        for k, t in enumerate(targets):
+            for p in peers:
+                pts = speedups(doc, model, axis, t, p)
+                if not pts:
+                    continue
+                xs += [x for x, _ in pts]
+                name = f"{t} over {p}" if len(targets) > 1 else f"over {p}"
+                (lines[name],) = ax.plot([x for x, _ in pts], [v for _, v in pts], label=name,
+                                         color=style[p]["color"], marker=style[p]["marker"],
+                                         linestyle=dashes[k % len(dashes)], linewidth=1.8, markersize=5)
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        return xs, lines
+
+    _grid_plot(doc, path, draw, "speedup (peer time / Cortex time)",
+               "Speedup of " + ", ".join(targets) + " over each peer (above 1: Cortex is faster)")
 
 
 # ------------------------------------------------------------------ text
