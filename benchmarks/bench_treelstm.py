@@ -1,5 +1,5 @@
-"""The backend issues' benchmark: every zoo model at hidden 256, batch 1 and 10, on Cortex
-targets next to the peers, as one JSON document -- ``cortex bench`` with these defaults.
+"""The benchmark of the project's performance targets: every zoo model at hidden 256, batch 1
+and 10, on Cortex targets next to the peers, as one JSON document (``cortex bench``'s runner).
 
 Pipeline position: outside the pipeline; a thin front end of :mod:`cortex.bench` (which
 builds the inputs, runs every contender in its own process with the others stopped while it

@@ -7,7 +7,7 @@ implement the same equations with the same weights (:mod:`cortex.bench.peers`).
 How a run goes, per group (a model at one hidden size, :class:`~cortex.bench.workloads.GroupKey`):
 
 1. This process builds the model and every point's inputs and evaluates the float64 reference
-   (``cortex.core.reference``) on them.
+   (``cortex.core.frontend.reference``) on them.
 2. Each contender's worker (:mod:`cortex.bench.isolation`: its own process by default, the
    others stopped while it runs) compiles the model or builds the peer and calls it once per
    point; its root states are checked against the reference. A contender that does not match
@@ -83,7 +83,7 @@ def _error_setup(status: str, reason: str) -> dict[str, Any]:
 
 
 def reference_for(group: GroupKey, model: Any, point: Point) -> Reference:
-    from cortex.core import reference
+    from cortex.core.frontend import reference
 
     tokens, batch = point
     spec = model_spec(group.model)

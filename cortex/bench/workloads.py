@@ -38,7 +38,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from cortex.core.structure import LinearizedBatch
+from cortex.core.linearize.structure import LinearizedBatch
 
 
 @dataclass(frozen=True)
@@ -196,7 +196,7 @@ def make_inputs(model: str, tokens: int, batch: int, *, vocab: int, width: int, 
 
 def linearize_for(model: Any, structures: list[Any]) -> LinearizedBatch:
     """``structures`` linearized as an executable of ``model`` would (cache off)."""
-    from cortex.core.executable import linearize_options
+    from cortex.core.runtime.executable import linearize_options
     from cortex.core.linearize import linearize
 
     return linearize(structures, cache=False, **linearize_options(model.trace()))

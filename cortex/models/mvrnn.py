@@ -5,7 +5,7 @@ Pipeline position: a zoo model (``cortex.models``); trace it with ``.trace()``.
 
 from __future__ import annotations
 
-from cortex.core.model import Model
+from cortex.core.frontend.model import Model
 
 
 class MVRNN(Model):
@@ -29,7 +29,7 @@ class MVRNN(Model):
                  seed: int = 0, **options) -> None:
         super().__init__(arity=2, dtype=dtype, seed=seed, **options)
         if embed not in (None, hidden):
-            from cortex.core.model_errors import ModelDefinitionError
+            from cortex.core.frontend.model_errors import ModelDefinitionError
 
             raise ModelDefinitionError(f"MVRNN: word vectors are states, so embed ({embed}) must equal hidden ({hidden})")
         self.hidden = hidden

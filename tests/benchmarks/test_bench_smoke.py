@@ -163,7 +163,7 @@ def test_summary_ratios_are_ratios_of_medians(doc: dict) -> None:
 # ------------------------------------------------------------------ the detailed script
 
 
-def test_bench_treelstm_script_keeps_the_issue_fields(tmp_path: Path) -> None:
+def test_bench_treelstm_script_keeps_the_target_fields(tmp_path: Path) -> None:
     out = tmp_path / "b.json"
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_treelstm.py"), "--quick",
                            "--targets", "numpy", "--models", "TreeLSTM,DAGRNN", "--peers", "numpy",

@@ -18,7 +18,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from ..structure import INDEX_DTYPE, LinearizedBatch
+from .structure import INDEX_DTYPE, LinearizedBatch
 from .errors import (ArityError, CycleError, EmptyBatchError, FeatureError, IndexOverflowError,
                      MixedInputError, NodeIndexError, RootError, StructureError, TokenError)
 from .parts import Part
