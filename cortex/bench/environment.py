@@ -42,7 +42,7 @@ def usable_cpus() -> int:
 
 
 def loadavg() -> list[float] | None:
-    return list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+    return [round(v, 2) for v in os.getloadavg()] if hasattr(os, "getloadavg") else None
 
 
 def memory_gib() -> float | None:

@@ -210,6 +210,10 @@ def _ms(v: float | None) -> str:
     return f"{v:.3g}" if v < 100 else f"{v:.0f}"
 
 
+def _load(values: list[float] | None) -> str:
+    return "(unknown)" if not values else ", ".join(f"{v:.1f}" for v in values)
+
+
 def results_table(doc: dict[str, Any], markdown: bool) -> str:
     """Per point: every contender's median (ms, with the relative p10-p90 spread) and every
     target's speedup over each peer."""
@@ -250,7 +254,8 @@ def markdown(doc: dict[str, Any], images: list[str]) -> str:
              + (", quick smoke run" if doc["quick"] else "") + ")", "",
              f"Host: {h['cpu']}, {h['usable_cpus']} usable of {h['logical_cpus']} logical CPUs, "
              f"{h['memory_gib']} GiB, {h['platform']}, Python {h['python']}; load average "
-             f"{h['loadavg_at_start']} at the start, {h['loadavg_at_end']} at the end; "
+             f"{_load(h['loadavg_at_start'])} at the start, {_load(h['loadavg_at_end'])} at the end "
+             "(1, 5, 15 minutes); "
              f"commit {h['git_commit']}.", "",
              "Versions: " + ", ".join(f"{k} {val}" for k, val in v.items() if val) + ".", "",
              f"Fairness ({doc['fairness']['isolation']}): {doc['fairness']['method']}.", "",
