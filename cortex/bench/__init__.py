@@ -19,8 +19,6 @@ Pipeline position: outside the compiler pipeline; a user-facing tool built on th
 from __future__ import annotations
 
 import sys
-from typing import Any
-
 from cortex.bench.options import BenchOptions
 
 
@@ -46,11 +44,4 @@ def main(opts: BenchOptions) -> int:
     return 1 if wrong else 0
 
 
-__all__ = ["BenchOptions", "main", "run"]
-
-
-def run(opts: BenchOptions, log: Any = None) -> dict[str, Any]:
-    """The JSON document of one run (see :func:`cortex.bench.run.run`)."""
-    from cortex.bench.run import run as _run
-
-    return _run(opts, log)
+__all__ = ["BenchOptions", "main"]

@@ -165,13 +165,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def from_args(ns: argparse.Namespace) -> BenchOptions:
-    timing = Timing(min_reps=ns.min_reps, min_time_s=ns.min_time, max_time_s=ns.max_time)
+    """The options the parsed flags ask for; a bad combination exits with the reason."""
+    try:
+        timing = Timing(min_reps=ns.min_reps, min_time_s=ns.min_time, max_time_s=ns.max_time)
+    except ValueError as exc:
+        raise SystemExit(f"cortex bench: {exc}") from None
     compile_options = () if ns.max_table_mib is None else (("max_table_mib", ns.max_table_mib),)
-    opts = BenchOptions(models=ns.models or DEFAULT_MODELS, targets=ns.targets, peers=ns.peers, batches=ns.batches,
-                        hiddens=ns.hiddens, tokens=ns.tokens, sweep=ns.sweep, embed=ns.embed,
-                        vocab=ns.vocab, seed=ns.seed, rounds=ns.rounds, timing=timing,
-                        threads=ns.threads, isolation=ns.isolation, variants=ns.variants,
-                        compile_options=compile_options, out=ns.out, plots=not ns.no_plots)
+    try:
+        opts = BenchOptions(models=ns.models or DEFAULT_MODELS, targets=ns.targets, peers=ns.peers,
+                            batches=ns.batches, hiddens=ns.hiddens, tokens=ns.tokens, sweep=ns.sweep,
+                            embed=ns.embed, vocab=ns.vocab, seed=ns.seed, rounds=ns.rounds,
+                            timing=timing, threads=ns.threads, isolation=ns.isolation,
+                            variants=ns.variants, compile_options=compile_options, out=ns.out,
+                            plots=not ns.no_plots)
+    except ValueError as exc:
+        raise SystemExit(f"cortex bench: {exc}") from None
     if not ns.quick:
         return opts
     opts = quick(opts)

@@ -195,6 +195,10 @@ class Runner:
                                                         variant=variant, timing=self.opts.timing)
                     except WorkerError as exc:
                         c.status, c.reason = "error", f"while timing {variant}: {exc}"
+                        if not getattr(self.hosts[c.label], "alive", lambda: True)():
+                            for other in live:  # set up in the worker that is gone
+                                if other.label == c.label and other.status == "ok":
+                                    other.status, other.reason = "error", f"its worker failed: {exc}"
                         break
                     c.samples.setdefault(variant, []).append(ns)
 
