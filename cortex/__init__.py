@@ -8,6 +8,9 @@ Public API:
 * :func:`compile` — ``cortex.compile(model, target="llvm", **options)``
 * :func:`compile_only` — the same stages up to the target's compiler, without a device
 * :func:`trace` — ``cortex.trace(model)`` gives the model's RecursiveGraph
+* :func:`load` — ``cortex.load(path)`` reads what ``exe.save(path)`` or ``model.save(path)``
+  wrote (``cortex.core.persist``)
+* :class:`DiskCache` — the on-disk artifact cache, for plugins (``cortex.core.diskcache``)
 * :data:`hookimpl` — the marker for plugin hook implementations (see ``docs/plugins.md``)
 * :class:`Target`, :class:`TargetOption`, :class:`Availability` — what a plugin registers
 * :class:`Backend`, :class:`Renderer`, :class:`Compiler`, :class:`Runtime` — the backend contract
@@ -45,6 +48,8 @@ _LAZY = {
     "Schedule": "cortex.core.lowering.schedule",
     "ScheduleSpace": "cortex.core.lowering.schedule",
     "ScheduleError": "cortex.core.lowering.schedule",
+    "load": "cortex.core.persist",
+    "DiskCache": "cortex.core.diskcache",
 }
 
 
@@ -62,6 +67,7 @@ __all__ = [
     "Backend",
     "Capabilities",
     "Compiler",
+    "DiskCache",
     "CortexError",
     "HostRuntime",
     "InvalidOptionError",
@@ -81,6 +87,7 @@ __all__ = [
     "compile",
     "compile_only",
     "hookimpl",
+    "load",
     "resolve_target",
     "trace",
 ]

@@ -7,6 +7,8 @@ compile options every target accepts, every target with its aliases, own options
 and *runnable* states and their reasons, the host (CPU and SIMD features, OpenCL devices, nvcc,
 GPU) and the plugin environment switches. ``cortex info --json`` prints the same as JSON.
 ``cortex demo`` runs the zoo's TreeLSTM on a target (``cortex.plugins.cpu_llvm.demo``).
+``cortex cache`` shows the compile cache (``cortex.core.diskcache``: its directory and each
+namespace's entries); ``--clear`` empties it.
 """
 
 from __future__ import annotations
@@ -139,6 +141,20 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def format_cache(found: dict[str, Any]) -> str:
+    """``cortex.core.diskcache.report()``'s data as the text ``cortex cache`` prints."""
+    state = "on" if found["enabled"] else "off (CORTEX_CACHE=0)"
+    lines = [f"Compile cache: {found['root']}  [{state}]"]
+    if found["problem"]:
+        lines.append(f"  refused: {found['problem']}")
+    for name, n in found["namespaces"].items():
+        removed = f", {n['removed']} removed" if n["removed"] else ""
+        lines.append(f"  {name:8} {n['entries']:5d} entries  {n['bytes'] / 2**20:8.1f} MiB{removed}")
+    if not found["namespaces"]:
+        lines.append("  (empty)")
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from cortex import __version__
 
@@ -158,10 +174,23 @@ def main(argv: Sequence[str] | None = None) -> int:
                       help="target to compile for (default: llvm; `cortex info` lists them)")
     demo.add_argument("--hidden", type=_positive_int, default=256, help="hidden size (default: 256)")
     demo.add_argument("-v", "--verbose", action="store_true", help="also print the schedule")
+    bench = commands.add_parser("bench", help="benchmark: models x targets x installed peers, "
+                                "timed fairly; JSON, report.md and plots (docs/bench.md)")
+    from cortex.bench.options import add_arguments as add_bench_arguments
+
+    add_bench_arguments(bench)
+    cache = commands.add_parser("cache", help="the compile cache: where it is, what it holds")
+    cache.add_argument("--clear", action="store_true", help="delete every entry")
+    cache.add_argument("--json", action="store_true", help="print JSON instead of text")
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 2
+    if args.command == "bench":
+        from cortex.bench import main as bench_main
+        from cortex.bench.options import from_args
+
+        return bench_main(from_args(args))
     if args.command == "demo":
         from cortex.plugins.cpu_llvm.demo import DemoError, run_demo
 
@@ -170,6 +199,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         except DemoError as exc:
             print(f"cortex demo: error: {exc}", file=sys.stderr)
             return 1
+        return 0
+    if args.command == "cache":
+        from cortex.core.diskcache import report
+
+        found = report(clear=args.clear)
+        print(json.dumps(found, indent=2) if args.json else format_cache(found))
         return 0
     data = collect_info()
     print(json.dumps(data, indent=2, default=repr) if args.json else format_info(data))

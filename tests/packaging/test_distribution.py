@@ -34,7 +34,8 @@ def test_from_a_checkout_the_fix_installs_into_that_checkout():
 def _user_facing_files() -> list[Path]:
     return sorted([*ROOT.glob("*.md"), *ROOT.glob("docs/*.md"), *ROOT.glob("contrib/*/*.md"),
                    *ROOT.glob("contrib/*/pyproject.toml"), ROOT / "pyproject.toml",
-                   ROOT / "tox.ini", *(ROOT / "cortex").rglob("*.py")])
+                   ROOT / "tox.ini", *(ROOT / "cortex").rglob("*.py"),
+                   *(p for p in (ROOT / "tests").rglob("*.py") if p != Path(__file__))])
 
 
 def test_no_file_tells_users_to_install_the_unrelated_cortex():
