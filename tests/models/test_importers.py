@@ -474,3 +474,17 @@ def test_pytorch_treegru_module(torch):
     expected = _torch_tree(torch, tree, lambda v, kids: {
         "h": module.node(tree.words[v], [k["h"] for k in kids])})
     assert_matches(model, [tree], [expected], tol=1e-5)
+
+
+def test_an_imported_model_is_kept_in_one_file(tmp_path):
+    """Import once, keep it: the variant keywords and the imported params survive save/load."""
+    rng = np.random.default_rng(16)
+    model = TreeLSTM(hidden=H, embed=X, vocab=V, arity=2, forget_bias="per_child")
+    load_dgl_treelstm(model, dgl_state_dict(rng, 2))
+    model.save(tmp_path / "imported.cortex")
+    kept = TreeLSTM.load(tmp_path / "imported.cortex")
+    assert (kept.forget_bias, kept.leaf_form) == ("per_child", "gated")
+    assert all(np.array_equal(model.params[k], kept.params[k]) for k in model.params)
+    trees = [((1, 2), (3, 4)), 5]
+    np.testing.assert_array_equal(cortex.compile(kept, target="numpy")(trees).root("h"),
+                                  cortex.compile(model, target="numpy")(trees).root("h"))
