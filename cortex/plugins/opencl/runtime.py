@@ -39,7 +39,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from cortex.core import loopir as ir
-from cortex.core.backend import Runtime
+from cortex.core.backend import Runtime, check_index_values
 from cortex.core.errors import CortexError
 from cortex.core.interpret import eval_shape, np_dtype
 from cortex.core.loop_transforms import to_layout
@@ -252,6 +252,7 @@ class CompiledProgram:
         the given arrays (or new ones); returns every output and given buffer by name."""
         args: list[Any] = []
         shapes = self._shapes(sizes)
+        check_index_values(self.program, buffers, sizes)
         out: dict[str, np.ndarray] = dict(buffers)
         handles: dict[str, Allocation] = {}
         for b in self.program.buffers:
