@@ -43,6 +43,7 @@ import numpy as np
 
 from cortex.core import loopir as ir
 from cortex.core.capabilities import Capabilities
+from cortex.core.errors import CortexError
 from cortex.core.graph import RecursiveGraph, verify as verify_graph
 from cortex.core.loop_transforms import physical_arrays
 from cortex.core.loopir import Const, Load, Var
@@ -51,7 +52,7 @@ from cortex.core.lower_case import CaseLowering, LowerContext, LoweringError, Na
 from cortex.core.lower_schedule import apply_schedule, node_loop_kind, schedule_nest
 from cortex.core.params import bind_params
 from cortex.core.schedule import Schedule
-from cortex.core.structure import INDEX_DTYPE, LinearizedBatch
+from cortex.core.structure import INDEX_DTYPE, BatchTypeError, LinearizedBatch
 
 if TYPE_CHECKING:
     from cortex.core.token_tables import TokenTables
@@ -78,7 +79,7 @@ INDEX_BUFFERS = ("level_offsets", "child_offsets", "child_ids", "child_table", "
 SIZE_NAMES = ("N", "E", "L", "NL")
 
 
-class BatchMismatchError(ValueError):
+class BatchMismatchError(CortexError, ValueError):
     """A LinearizedBatch does not fit the lowered model (arity, token ids, features)."""
 
 
@@ -341,7 +342,7 @@ def _plan_of(low: Lowered) -> _BindPlan:
 
 def _bind_batch(low: Lowered, batch: LinearizedBatch) -> tuple[dict[str, np.ndarray], dict[str, int]]:
     if not isinstance(batch, LinearizedBatch):
-        raise TypeError(f"bind_batch needs a LinearizedBatch, got {type(batch).__name__}")
+        raise BatchTypeError(f"bind_batch needs a LinearizedBatch, got {type(batch).__name__}")
     plan = _plan_of(low)
     n = int(batch.num_nodes)
     lo = np.ascontiguousarray(batch.level_offsets, dtype=INDEX_DTYPE)
