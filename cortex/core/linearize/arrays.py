@@ -18,7 +18,7 @@ from .errors import (EmptyBatchError, FeatureError, MixedInputError, NodeIndexEr
                      TokenError, UnsupportedInputError)
 from .limits import check_size
 from .parts import GridKeys, Part, id_key
-from .tokens import int_array, resolve_words, to_int64
+from .tokens import as_array, int_array, resolve_words, to_int64
 
 _INT64_MAX = 2**63 - 1
 
@@ -49,7 +49,7 @@ def _words(words: Any, n: int, vocab: Any, index: int, what: str = "words") -> n
         if len(words) != n:
             raise TokenError(f"{what} has {len(words)} entries for {n} nodes", input_index=index)
         return resolve_words(list(words), vocab, id_key, index)
-    arr = np.asarray(words)
+    arr = as_array(words, what, index)
     if arr.dtype.kind in "US" or arr.dtype == object:
         lst = arr.reshape(-1).tolist()
         if len(lst) != n:
@@ -137,7 +137,7 @@ def _edge_list(x: forms.EdgeList, vocab: Any, index: int) -> Part:
     n = _positive_count("num_nodes", x.num_nodes, index)
     check_size(n, _length(x.edges), _values(x.features), what="this edge list",
                input_index=index)
-    e = np.asarray(x.edges)
+    e = as_array(x.edges, "edges", index)
     if e.size == 0:
         e = np.zeros((0, 2), dtype=np.int64)
     e = int_array(e, "edges", index, 2)
@@ -168,7 +168,7 @@ def _sequence(x: forms.Sequence, vocab: Any, index: int) -> Part:
     if arr is None:
         try:
             arr = np.asarray(items)
-        except ValueError as exc:
+        except (TypeError, ValueError, OverflowError) as exc:
             raise FeatureError(f"sequence items are ragged: {exc}", input_index=index) from None
     if arr.ndim == 0 or len(arr) == 0:
         raise EmptyBatchError("empty sequence", input_index=index)
