@@ -34,12 +34,14 @@ and raises :class:`InvariantError` naming the first violated invariant (:class:`
 also a ``TypeError``, when a field has the wrong type); both are Cortex errors and ValueErrors.
 
 Sealing (validated once): the linearizer establishes the invariants while it builds a batch, so
-it *seals* it: every index array read-only, and the batch remembers which arrays (and which
-``num_nodes``) it was sealed with. ``Executable.run`` trusts a batch only while its seal holds
-(the same array objects, still read-only: a few attribute reads) and validates any other batch
-(one you built yourself, one from ``dataclasses.replace``, one whose arrays were made writable
-again) before its arrays reach native code. A batch you build is never sealed by ``validate()``:
-its arrays are yours, and another writable view of them could change them after the check.
+it *seals* it: its index arrays (and ``word_ids``, ``labels``) are read-only, and the batch
+remembers which arrays and which ``num_nodes`` it was sealed with. ``Executable.run`` trusts a
+batch only while its seal holds (the same objects, still read-only: a few attribute reads) and
+validates any other batch (one you built yourself, one from ``dataclasses.replace``, one whose
+arrays were made writable again) before its arrays reach native code. A batch you build is
+never sealed by ``validate()``: its arrays are yours, and another writable view of them could
+change them after the check. (Writing through an array's ``.base`` or raw pointers goes around
+the read-only flags, and so around the seal: that is not input, it is editing Cortex's memory.)
 """
 
 from __future__ import annotations
@@ -54,10 +56,8 @@ from cortex.core.errors import CortexError
 INDEX_DTYPE = np.int32
 #: Largest node / edge count and index value of a batch (int32 indices).
 MAX_INDEX = int(np.iinfo(INDEX_DTYPE).max)
-# the fields whose values native code dereferences or the outputs index with: a seal covers them
-_SEALED = ("level_offsets", "child_offsets", "child_ids", "child_table", "roots", "node_input",
-           "word_ids", "labels")
-_ARRAY_FIELDS = _SEALED[:6]
+_ARRAY_FIELDS = ("level_offsets", "child_offsets", "child_ids", "child_table", "roots",
+                 "node_input")
 
 
 @dataclass(frozen=True, eq=False)
@@ -101,27 +101,30 @@ class LinearizedBatch:
 
     def _seal(self) -> "LinearizedBatch":
         """Mark this batch validated (the linearizer's batches, and only those: see the module
-        docstring): its index arrays (and their bases) become read-only and are remembered."""
+        docstring): remember its ``num_nodes`` and index arrays. The linearizer makes those
+        arrays read-only; :meth:`_is_sealed` holds only while they still are."""
         d = self.__dict__
-        arrays = tuple(d[f] for f in _SEALED)
-        for a in arrays:
-            while isinstance(a, np.ndarray):
-                if a.flags.writeable:
-                    a.setflags(write=False)
-                a = a.base
-        d["_sealed_with"] = (d["num_nodes"], *arrays)
+        d["_sealed_with"] = (d["num_nodes"], d["level_offsets"], d["child_offsets"],
+                             d["child_ids"], d["child_table"], d["roots"], d["node_input"],
+                             d["word_ids"], d["labels"])
         return self
 
     def _is_sealed(self) -> bool:
-        """Does this batch still hold exactly the arrays it was sealed with, all read-only?"""
+        """Does this batch still hold exactly what it was sealed with, its arrays read-only?
+        (Written out field by field: this runs on every call of an executable.)"""
         d = self.__dict__
         seal = d.get("_sealed_with")
-        if seal is None or seal[0] is not d["num_nodes"]:
+        if seal is None:
             return False
-        for name, a in zip(_SEALED, seal[1:]):
-            if d[name] is not a or (a is not None and a.flags.writeable):
-                return False
-        return True
+        n, lo, co, ci, ct, roots, ni, words, labels = seal
+        return (d["num_nodes"] is n and d["level_offsets"] is lo and d["child_offsets"] is co
+                and d["child_ids"] is ci and d["child_table"] is ct and d["roots"] is roots
+                and d["node_input"] is ni and d["word_ids"] is words and d["labels"] is labels
+                and not (lo.flags.writeable or co.flags.writeable or ci.flags.writeable
+                         or ct.flags.writeable or roots.flags.writeable
+                         or ni.flags.writeable
+                         or (words is not None and words.flags.writeable)
+                         or (labels is not None and labels.flags.writeable)))
 
     @property
     def num_levels(self) -> int:

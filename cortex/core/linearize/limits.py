@@ -31,6 +31,9 @@ DEFAULT_MAX_BYTES = 4 << 30
 
 class _Limits:
     max_bytes = DEFAULT_MAX_BYTES
+    # a total count of nodes, edges and feature values up to this fits both limits for sure
+    quick = min(MAX_INDEX, DEFAULT_MAX_BYTES // max(BYTES_PER_NODE, BYTES_PER_EDGE,
+                                                    BYTES_PER_FEATURE))
 
 
 LIMITS = _Limits()
@@ -40,6 +43,8 @@ def set_limits(*, max_bytes: int | None = None) -> None:
     """Set the linearizer's memory budget (bytes of working arrays per batch); None keeps it."""
     if max_bytes is not None:
         LIMITS.max_bytes = int_arg("set_limits", "max_bytes", max_bytes)
+        LIMITS.quick = min(MAX_INDEX, LIMITS.max_bytes // max(BYTES_PER_NODE, BYTES_PER_EDGE,
+                                                              BYTES_PER_FEATURE))
 
 
 def limits() -> dict[str, int]:
@@ -59,6 +64,8 @@ def check_size(nodes: int, edges: int = 0, features: int = 0, *, what: str = "th
     """Raise unless a batch (or one input: ``input_index``) of ``nodes`` nodes, ``edges`` edges
     and ``features`` feature values fits int32 indices and the memory budget. Arguments are
     Python ints (no overflow), so a declared size of 2^62 is reported, not computed with."""
+    if nodes + edges + features <= LIMITS.quick:
+        return  # the common case, one comparison
     for count, name in ((nodes, "nodes"), (edges, "edges")):
         if count > MAX_INDEX:
             raise IndexOverflowError(
