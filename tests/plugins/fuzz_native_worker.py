@@ -5,8 +5,9 @@
 Drives malformed structures and malformed ``LinearizedBatch``es (Hypothesis) through the
 compiled call of a binary TreeLSTM and a child-sum TreeLSTM on TARGET (``llvm``, ``opencl``):
 
-* every input either runs, and then its states equal the ``numpy`` target's on the same input,
-  or raises one of Cortex's own errors for bad input (a ``CortexError`` that is also a
+* every input either runs, and then its states equal the ``numpy`` target's on the same input
+  (and the sealed batch it ran validates, and equals the NumPy linearizer's where a compiled
+  linearizer made it), or raises one of Cortex's own errors for bad input (a ``CortexError`` that is also a
   ``ValueError`` or ``TypeError``): anything else fails the run;
 * a crash kills this process (the parent test reports the signal and the output); a hang is
   cut by ``faulthandler`` after ``CORTEX_FUZZ_EXAMPLE_TIMEOUT`` seconds per example (default
@@ -35,6 +36,7 @@ from hypothesis import strategies as st
 import cortex
 from cortex.core.errors import CortexError
 from cortex.core.linearize import ChildTable, EdgeList, ParentArray
+from cortex.core.linearize import fast
 from cortex.core.structure import LinearizedBatch
 from cortex.data import Node
 from cortex.models import ChildSumTreeLSTM, TreeLSTM
@@ -56,6 +58,7 @@ def refused(exc: BaseException) -> None:
 
 
 def same_states(got: Any, want: Any) -> None:
+    """Every node's every state, within the float32 tolerance."""
     for state in want.states:
         a, b = got.nodes(state), want.nodes(state)
         assert a.shape == b.shape, (state, a.shape, b.shape)
@@ -75,8 +78,28 @@ def check(exe: Any, oracle: Any, call: str, x: Any) -> None:
             refused(exc)
             return
         same_states(got, getattr(oracle, call)(x))
+        if call == "__call__":
+            linearizer_agrees(exe, x, got.batch)
     finally:
         faulthandler.cancel_dump_traceback_later()
+
+
+def linearizer_agrees(exe: Any, x: Any, batch: LinearizedBatch) -> None:
+    """The batch a call ran is sealed, so it was trusted: it must validate, and when a backend
+    installed a compiled linearizer (llvm does, for nested tuples), equal the NumPy path's."""
+    assert batch._is_sealed()
+    batch.validate()
+    native = fast.set_native_nested(None)
+    try:
+        if native is None:
+            return
+        plain = exe.linearize(x)
+    finally:
+        fast.set_native_nested(native)
+    for name in ("level_offsets", "child_offsets", "child_ids", "child_table", "roots",
+                 "node_input", "word_ids"):
+        np.testing.assert_array_equal(getattr(batch, name), getattr(plain, name), err_msg=name)
+    SEEN["linearizers compared"] += 1
 
 
 # ---------------------------------------------------------------- structures

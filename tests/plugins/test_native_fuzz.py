@@ -83,4 +83,4 @@ def test_malformed_inputs_never_crash_and_valid_ones_match_numpy(workers, target
     assert summary["examples_per_property"] == EXAMPLES
     # the run exercised both sides: inputs that ran (and matched numpy), inputs refused
     assert outcomes.get("ran", 0) > 0, outcomes
-    assert sum(v for k, v in outcomes.items() if k != "ran") > 0, outcomes
+    assert sum(v for k, v in outcomes.items() if k[0].isupper()) > 0, outcomes
