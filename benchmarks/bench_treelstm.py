@@ -3,10 +3,10 @@
 Pipeline position: outside the pipeline; it measures what a user pays for
 ``cortex.compile(model, target=T)(structures)`` (linearization included) next to peers that
 implement the same equations with the same weights (``benchmarks/peers/``). Every contender's
-result is checked against the float64 reference evaluator (``cortex.core.reference``) before
+result is checked against the float64 reference evaluator (``cortex.core.frontend.reference``) before
 it is timed; a contender that does not match is reported as ``"wrong"`` and never timed.
 
-Workload (defaults; DESIGN.md "Performance model", issues 7/8/9): the zoo's binary TreeLSTM,
+Workload (defaults; see "Performance targets" in benchmarks/README.md): the zoo's binary TreeLSTM,
 hidden 256, embed 256, vocab 20000, float32, on random parse-like binary trees of 20-40 leaves
 (seeded), batch 1 and batch 10; also TreeGRU, TreeFC (same trees), MV-RNN (hidden 64: its
 matrix states make hidden 256 a different workload), DAG-RNN over 10x10 grids of 256 features,
@@ -180,8 +180,8 @@ def build_model(name: str, s: Settings) -> tuple[Any, int, int]:
 
 
 def build_workload(name: str, model: Any, hidden: int, width: int, b: int, s: Settings) -> Workload:
-    from cortex.core import reference
-    from cortex.core.executable import linearize_options
+    from cortex.core.frontend import reference
+    from cortex.core.runtime.executable import linearize_options
     from cortex.core.linearize import Grid, Sequence, linearize
 
     graph = model.trace()

@@ -34,7 +34,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from cortex.core.structure import LinearizedBatch
+from cortex.core.linearize.structure import LinearizedBatch
 
 # ------------------------------------------------------------------ workloads
 

@@ -12,11 +12,12 @@ Public API:
 * :class:`Backend`, :class:`Renderer`, :class:`Compiler`, :class:`Runtime` — the backend contract
   (:class:`HostRuntime`: the runtime of backends whose buffers are host NumPy arrays)
 * :class:`Capabilities` — what a target's device can do
+* :class:`Schedule`, :class:`ScheduleSpace`, :class:`ScheduleError` — the schedule knobs a
+  compile takes (``schedule=``) and their legal values for a target
 * the error classes, all derived from :class:`CortexError`
 """
 
 from cortex.core.api import compile, resolve_target
-from cortex.core.capabilities import Capabilities
 from cortex.core.errors import (
     CortexError,
     InvalidOptionError,
@@ -27,18 +28,22 @@ from cortex.core.errors import (
     TargetNotRunnableError,
     UnknownTargetError,
 )
-from cortex.core.targets import Availability, Target, TargetOption
+from cortex.core.plugin.capabilities import Capabilities
+from cortex.core.plugin.targets import Availability, Target, TargetOption
 
 __version__ = "0.1.0"
 
 _LAZY = {
-    "hookimpl": "cortex.core.hookspecs",
-    "Backend": "cortex.core.backend",
-    "Renderer": "cortex.core.backend",
-    "Compiler": "cortex.core.backend",
-    "Runtime": "cortex.core.backend",
-    "HostRuntime": "cortex.core.backend",
-    "trace": "cortex.core.trace",
+    "hookimpl": "cortex.core.plugin.hookspecs",
+    "Backend": "cortex.core.plugin.backend",
+    "Renderer": "cortex.core.plugin.backend",
+    "Compiler": "cortex.core.plugin.backend",
+    "Runtime": "cortex.core.plugin.backend",
+    "HostRuntime": "cortex.core.plugin.backend",
+    "trace": "cortex.core.frontend.trace",
+    "Schedule": "cortex.core.lowering.schedule",
+    "ScheduleSpace": "cortex.core.lowering.schedule",
+    "ScheduleError": "cortex.core.lowering.schedule",
 }
 
 
@@ -64,6 +69,9 @@ __all__ = [
     "PluginWarning",
     "Renderer",
     "Runtime",
+    "Schedule",
+    "ScheduleError",
+    "ScheduleSpace",
     "Target",
     "TargetNotEnabledError",
     "TargetNotRunnableError",

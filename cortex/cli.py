@@ -20,8 +20,8 @@ from typing import Any, Sequence
 def collect_info() -> dict[str, Any]:
     """Everything ``cortex info`` shows, as plain data."""
     from cortex import __version__
-    from cortex.core import hostinfo
-    from cortex.core.plugins import ENV_SWITCHES, get_plugin_system
+    from cortex.core.plugin import hostinfo
+    from cortex.core.plugin.loader import ENV_SWITCHES, get_plugin_system
 
     system = get_plugin_system()
     registry = system.registry

@@ -49,7 +49,7 @@ class _WithoutAmbientEntryPoints:
 def clean_plugins(monkeypatch: pytest.MonkeyPatch):
     """A fresh plugin system for the test, with no plugin environment switch set and no
     third-party plugin that happens to be installed in the environment."""
-    from cortex.core import plugins
+    from cortex.core.plugin import loader as plugins
 
     for name in plugins.ENV_SWITCHES:
         monkeypatch.delenv(name, raising=False)

@@ -29,8 +29,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import cortex  # noqa: E402
-from cortex.core.reference import evaluate  # noqa: E402
-from cortex.core.trace import trace  # noqa: E402
+from cortex.core.frontend.reference import evaluate  # noqa: E402
+from cortex.core.frontend.trace import trace  # noqa: E402
 from cortex.models import TreeLSTM  # noqa: E402
 
 SCHEDULES = [

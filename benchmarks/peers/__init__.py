@@ -4,7 +4,7 @@ Pipeline position: outside the pipeline; used only by ``benchmarks/bench_treelst
 
 Every peer implements the SAME equations as a zoo model (``cortex/models``) with the SAME
 weights (read from the model's ``params``), and is checked against the float64 reference
-evaluator (``cortex.core.reference.evaluate``) before it is timed. A peer module exposes
+evaluator (``cortex.core.frontend.reference.evaluate``) before it is timed. A peer module exposes
 builder functions ``build(work: Workload) -> Callable[[], dict[str, np.ndarray]]``: the
 returned closure runs one forward pass over the whole batch and returns the root states
 (``{"h": [B, H], ...}``) as NumPy arrays (the device-to-host copy is part of the timed call).

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from cortex.core.structure import LinearizedBatch
+from cortex.core.linearize.structure import LinearizedBatch
 
 # Internal-node gate order of the stacked matrix: the four sigmoid gates first, then u (tanh),
 # so one sigmoid covers a contiguous [n, 4H] block.

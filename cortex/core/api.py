@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from cortex.core.errors import NotYetImplementedError, TargetNotEnabledError
-from cortex.core.targets import Target
+from cortex.core.plugin.targets import Target
 
 
 def resolve_target(target: str, options: dict[str, Any] | None = None) -> tuple[Target, dict[str, Any]]:
@@ -32,7 +32,7 @@ def resolve_target(target: str, options: dict[str, Any] | None = None) -> tuple[
     allowed). A target that is enabled but not runnable resolves: compiling without running
     is allowed (the conformance suite's compile-only mode).
     """
-    from cortex.core.plugins import get_registry
+    from cortex.core.plugin.loader import get_registry
 
     resolved = get_registry().get(target)
     enabled = resolved.enabled()
@@ -46,8 +46,8 @@ def compile(model: Any, target: str = "llvm", **options: Any) -> Any:  # noqa: A
     ``"opencl"``, ``"cuda"``, ``"numpy"``, or a plugin's target) with the shared options
     (``dtype``, ``schedule``, ``dump``, ``passes``) and the target's own ``options``.
 
-    Returns a :class:`~cortex.core.executable.Executable`: ``exe(structures)`` gives
-    :class:`~cortex.core.outputs.Outputs`. Run ``cortex info`` to list the targets, their
+    Returns a :class:`~cortex.core.runtime.executable.Executable`: ``exe(structures)`` gives
+    :class:`~cortex.core.runtime.outputs.Outputs`. Run ``cortex info`` to list the targets, their
     options and whether they are enabled here. Errors about options come before any work:
     :class:`~cortex.core.errors.InvalidOptionError` names the option and what is allowed.
     """

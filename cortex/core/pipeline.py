@@ -1,9 +1,9 @@
 """The compilation pipeline: the one place that lists every stage, in order.
 
 Pipeline position: called by ``cortex.compile`` (``cortex.core.api.run_pipeline``) once the
-target and its options are resolved; returns the :class:`~cortex.core.executable.Executable`.
+target and its options are resolved; returns the :class:`~cortex.core.runtime.executable.Executable`.
 
-Stages (DESIGN.md, "Pipeline"), each dumped by ``dump=`` as one numbered file::
+Stages (``docs/architecture.md``), each dumped by ``dump=`` as one numbered file::
 
     00_options.json          target, target options, dtype, schedule, passes
     01_graph.txt             trace:          model -> RecursiveGraph
@@ -15,14 +15,14 @@ Stages (DESIGN.md, "Pipeline"), each dumped by ``dump=`` as one numbered file::
 
 then ``compile`` (the backend's compiler, with its cache key) — :func:`build_artifact` runs
 the stages up to here (compile-only checks use it: no device needed) — and the executable,
-which uploads the params once (:func:`build`). The params' tables (``cortex.core.lower.bound_params``:
+which uploads the params once (:func:`build`). The params' tables (``cortex.core.lowering.lower.bound_params``:
 derived params in the compile dtype) are made in a worker thread started right after the graph
 passes, while the main thread lowers, renders and compiles; it is joined before the executable
 is made, and its error, if any, is raised as is. The weight layouts are applied after that. The backend is created and the schedule resolved first,
 so a target without a code generator or an illegal schedule fails before any tracing.
 
 The schedule is the target's ``ScheduleSpace(capabilities, dtype).default()`` unless the user
-gives ``schedule=`` (a :class:`~cortex.core.schedule.Schedule`, a dict of knobs overriding the
+gives ``schedule=`` (a :class:`~cortex.core.lowering.schedule.Schedule`, a dict of knobs overriding the
 default, or its JSON). The *unscheduled* program of stage 03 is the same lowering with every
 loop-shaping knob at its neutral value (no tiling, scalar, no unrolling, row-major weights, not
 persistent; the structural knobs ``kernel_form``, ``leaf_specialization``, ``fuse``,
@@ -47,13 +47,13 @@ import numpy as np
 from cortex.core.errors import InvalidOptionError
 
 if TYPE_CHECKING:
-    from cortex.core.backend import Backend
-    from cortex.core.executable import Executable
-    from cortex.core.graph import RecursiveGraph
-    from cortex.core.lower import Lowered
-    from cortex.core.schedule import Schedule, ScheduleSpace
-    from cortex.core.targets import Target
-    from cortex.core.token_tables import TokenTables
+    from cortex.core.frontend.graph import RecursiveGraph
+    from cortex.core.lowering.lower import Lowered
+    from cortex.core.lowering.schedule import Schedule, ScheduleSpace
+    from cortex.core.plugin.backend import Backend
+    from cortex.core.plugin.targets import Target
+    from cortex.core.runtime.executable import Executable
+    from cortex.core.runtime.token_tables import TokenTables
 
 GraphPass = Callable[["RecursiveGraph"], "RecursiveGraph"]
 
@@ -79,7 +79,7 @@ SOURCE_EXTENSIONS = {"c": ".c", "opencl": ".cl", "cuda": ".cu", "": ".txt"}
 
 _ALLOWED = {
     "dtype": "one of 'float32', 'float64'",
-    "schedule": "a cortex.core.schedule.Schedule, a dict of schedule knobs, or its JSON text",
+    "schedule": "a cortex.core.lowering.schedule.Schedule, a dict of schedule knobs, or its JSON text",
     "dump": "a directory path (str or os.PathLike)",
     "passes": "a list of graph passes: functions RecursiveGraph -> RecursiveGraph or names "
               "from cortex.core.passes.pipeline.ALL_PASSES",
@@ -113,7 +113,7 @@ def compile_options(target: str, options: Mapping[str, Any]) -> CompileOptions:
 
     Raises :class:`InvalidOptionError` naming the option, the value and what is allowed.
     """
-    from cortex.core.schedule import KNOB_NAMES, Schedule, ScheduleError
+    from cortex.core.lowering.schedule import KNOB_NAMES, Schedule, ScheduleError
 
     def bad(name: str, value: Any, allowed: str | None = None) -> InvalidOptionError:
         return InvalidOptionError(target, name, value, allowed or _ALLOWED[name])
@@ -184,7 +184,7 @@ def _resolve_passes(target: str, value: Any) -> tuple[GraphPass, ...]:
 def resolve_schedule(target: str, space: "ScheduleSpace", given: Any) -> "Schedule":
     """The schedule to compile with: the space's default, a knob dict over it, or a given
     Schedule — validated against the target's space (InvalidOptionError otherwise)."""
-    from cortex.core.schedule import Schedule, ScheduleError
+    from cortex.core.lowering.schedule import Schedule, ScheduleError
 
     try:
         if given is None:
@@ -256,23 +256,23 @@ def build_artifact(model: Any, target: "Target", target_options: Mapping[str, An
 
     With ``prepare_params`` the params are prepared in a worker thread beside lowering,
     rendering and compiling; without it (compile-only checks: no device needed) they are not touched."""
-    from cortex.core.model import Model
+    from cortex.core.frontend.model import Model
 
     if not isinstance(model, Model):
-        raise TypeError(f"cortex.compile takes a cortex model (a cortex.core.model.Model such as "
+        raise TypeError(f"cortex.compile takes a cortex model (a cortex.core.frontend.model.Model such as "
                         f"cortex.models.TreeLSTM(...)), not {type(model).__name__}")
-    from cortex.core.backend import HostRuntime
-    from cortex.core.lower import lower
+    from cortex.core.frontend.trace import trace
+    from cortex.core.lowering.lower import lower
+    from cortex.core.lowering.schedule import ScheduleError, ScheduleSpace
     from cortex.core.passes.pipeline import DEFAULT_PASSES, run_passes, with_table_limit
-    from cortex.core.schedule import ScheduleError, ScheduleSpace
-    from cortex.core.trace import trace
+    from cortex.core.plugin.backend import HostRuntime
     dtype = options.dtype or model.dtype
     dump = _Dumper(options.dump)
 
     backend: Backend = target.create_backend(target_options)
     caps = backend.capabilities
     # A host runtime reads the params in place, so its token tables are left for the calls to
-    # fill, row by row (cortex.core.token_tables): they cost no compile time and only the memory
+    # fill, row by row (cortex.core.runtime.token_tables): they cost no compile time and only the memory
     # of the tokens used, which allows bigger ones by default. A device gets them whole.
     deferred = isinstance(backend.runtime, HostRuntime)
     table_mib = options.max_table_mib
@@ -320,7 +320,7 @@ def build_artifact(model: Any, target: "Target", target_options: Mapping[str, An
 
 def _bind(graph: "RecursiveGraph", params: Mapping[str, np.ndarray], dtype: str,
           deferred: bool) -> tuple[dict[str, np.ndarray], "TokenTables | None"]:
-    from cortex.core.lower import bound_params, bound_params_deferred
+    from cortex.core.lowering.lower import bound_params, bound_params_deferred
 
     if deferred:
         return bound_params_deferred(graph, params, dtype)
@@ -345,7 +345,7 @@ def _prepare(lowered: "Lowered", bound: tuple[dict[str, np.ndarray], "TokenTable
 def build(model: Any, target: "Target", target_options: Mapping[str, Any],
           options: CompileOptions = CompileOptions()) -> "Executable":
     """Run every stage for ``model`` on ``target`` and return the executable."""
-    from cortex.core.executable import Executable
+    from cortex.core.runtime.executable import Executable
 
     b = build_artifact(model, target, target_options, options)
     return Executable(target=target.name, options=target_options, lowered=b.lowered,

@@ -1,6 +1,6 @@
 """The model zoo: the Cortex paper's recursive models and the sequence baselines.
 
-Pipeline position: user-facing models written with ``cortex.core.model``; each traces to a
+Pipeline position: user-facing models written with ``cortex.core.frontend.model``; each traces to a
 ``RecursiveGraph`` with ``.trace()``. Every class documents its equations in its docstring;
 ``docs/models.md`` lists them with their parameter names.
 """

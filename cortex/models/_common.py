@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from cortex.core.model import Model
-from cortex.core.model_errors import ModelDefinitionError
-from cortex.core.trace import CaseBuilder, Sym
+from cortex.core.frontend.model import Model
+from cortex.core.frontend.model_errors import ModelDefinitionError
+from cortex.core.frontend.trace import CaseBuilder, Sym
 
 
 def declare_input(model: Model, *, vocab: int | None, embed: int | None, features: int | None) -> int:

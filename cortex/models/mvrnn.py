@@ -5,7 +5,7 @@ Pipeline position: a zoo model (``cortex.models``); trace it with ``.trace()``.
 
 from __future__ import annotations
 
-from cortex.core.model import Model, size_args
+from cortex.core.frontend.model import Model, size_args
 
 
 class MVRNN(Model):
@@ -30,7 +30,7 @@ class MVRNN(Model):
         hidden, vocab, embed = size_args("MVRNN", hidden=hidden, vocab=vocab, embed=embed)
         super().__init__(arity=2, dtype=dtype, seed=seed, **options)
         if embed not in (None, hidden):
-            from cortex.core.model_errors import ModelDefinitionError
+            from cortex.core.frontend.model_errors import ModelDefinitionError
 
             raise ModelDefinitionError(f"MVRNN: word vectors are states, so embed ({embed}) must equal hidden ({hidden})")
         self.hidden = hidden

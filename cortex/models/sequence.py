@@ -2,12 +2,12 @@
 
 Pipeline position: zoo models (``cortex.models``); trace them with ``.trace()``. Their
 equations and gate conventions are PyTorch's ``nn.LSTM`` / ``nn.GRU`` (one layer,
-unidirectional), so weights load with ``cortex.core.params.load_torch_lstm`` / ``load_torch_gru``.
+unidirectional), so weights load with ``cortex.core.frontend.params.load_torch_lstm`` / ``load_torch_gru``.
 """
 
 from __future__ import annotations
 
-from cortex.core.model import Model, size_args
+from cortex.core.frontend.model import Model, size_args
 from cortex.models._common import declare_input, node_vector
 
 

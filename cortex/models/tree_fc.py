@@ -5,7 +5,7 @@ Pipeline position: a zoo model (``cortex.models``); trace it with ``.trace()``.
 
 from __future__ import annotations
 
-from cortex.core.model import Model, size_args
+from cortex.core.frontend.model import Model, size_args
 from cortex.models._common import declare_input, node_vector, total
 
 

@@ -5,7 +5,7 @@ Pipeline position: zoo models (``cortex.models``); trace them with ``.trace()``.
 
 from __future__ import annotations
 
-from cortex.core.model import Model, size_args
+from cortex.core.frontend.model import Model, size_args
 from cortex.models._common import declare_input, node_vector, total
 
 GATES = ("i", "o", "u")
@@ -95,7 +95,7 @@ class ChildSumTreeLSTM(Model):
     A leaf is the same with no children (``h~ = 0``, no forget term).
     Params: ``E [vocab, embed]``; ``W_i, W_f, W_o, W_u [hidden, embed]``;
     ``U_i, U_f, U_o, U_u [hidden, hidden]``; ``b_i, b_f, b_o, b_u [hidden]``.
-    States: ``h, c [hidden]``. For PyTorch weights see ``cortex.core.params.load_torch_childsum``.
+    States: ``h, c [hidden]``. For PyTorch weights see ``cortex.core.frontend.params.load_torch_childsum``.
     """
 
     def __init__(self, *, hidden: int, embed: int | None = None, vocab: int | None = None,

@@ -5,8 +5,8 @@ Pipeline position: a zoo model (``cortex.models``); trace it with ``.trace()``.
 
 from __future__ import annotations
 
-from cortex.core.model import Model, size_args
-from cortex.core.model_errors import ModelDefinitionError
+from cortex.core.frontend.model import Model, size_args
+from cortex.core.frontend.model_errors import ModelDefinitionError
 from cortex.models._common import declare_input, node_vector
 
 

@@ -44,8 +44,8 @@ def backend(target: str) -> Any:
 
 def schedule(target: str, dtype: str, variant: str) -> Any:
     """The Schedule of ``variant`` for ``target`` and ``dtype`` (see the module docstring)."""
+    from cortex.core.lowering.schedule import ScheduleError, ScheduleSpace
     from cortex.core.pipeline import neutral_schedule
-    from cortex.core.schedule import ScheduleError, ScheduleSpace
 
     space = ScheduleSpace(backend(target).capabilities, dtype)
     base = space.default()

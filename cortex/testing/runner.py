@@ -26,7 +26,7 @@ class NotRunnable(Exception):
 
 def structures(model_id: str, fam: str) -> list[Any]:
     """The batch of family ``fam`` for zoo model ``model_id`` (inputs fitted to the model)."""
-    from cortex.core.executable import linearize_options
+    from cortex.core.runtime.executable import linearize_options
 
     model = zoo.get(model_id).model()
     opts = linearize_options(_graph(model_id))
@@ -43,7 +43,7 @@ _REFERENCE: dict[tuple[str, str], tuple[Any, dict[str, np.ndarray]]] = {}
 
 def _graph(model_id: str) -> Any:
     if model_id not in _GRAPHS:
-        from cortex.core.trace import trace
+        from cortex.core.frontend.trace import trace
 
         _GRAPHS[model_id] = trace(zoo.get(model_id).model())
     return _GRAPHS[model_id]
@@ -51,7 +51,7 @@ def _graph(model_id: str) -> Any:
 
 def reference(model_id: str, fam: str, batch: Any) -> dict[str, np.ndarray]:
     """The float64 reference states of ``batch`` (cached per model and family)."""
-    from cortex.core.reference import evaluate
+    from cortex.core.frontend.reference import evaluate
 
     key = (model_id, fam)
     cached = _REFERENCE.get(key)
@@ -142,7 +142,7 @@ def run_differential(case: Case) -> None:
 
 
 def run_contract(case: Case) -> None:
-    """The output contract (``cortex.core.outputs``): which states, in which order, dtype,
+    """The output contract (``cortex.core.runtime.outputs``): which states, in which order, dtype,
     shapes, contiguity, rows, roots, and arrays owned by the caller."""
     _require_runnable(case.target)
     exe = build.executable(case.target, case.model, case.dtype, case.schedule)

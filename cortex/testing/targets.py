@@ -45,7 +45,7 @@ def parse_targets(values: Iterable[str] | None, env: str | None = None) -> tuple
 
 
 def enabled_targets() -> tuple[str, ...]:
-    from cortex.core.plugins import get_registry
+    from cortex.core.plugin.loader import get_registry
 
     return tuple(t.name for t in get_registry() if t.enabled())
 
@@ -69,7 +69,7 @@ def status(name: str) -> TargetStatus:
     """Resolve ``name`` (a name or alias) and probe it; :class:`TargetSelectionError` if it is
     unknown or not enabled."""
     from cortex.core.errors import UnknownTargetError
-    from cortex.core.plugins import get_registry
+    from cortex.core.plugin.loader import get_registry
 
     try:
         target = get_registry().get(name)

@@ -1,7 +1,7 @@
 """The tolerance table and the comparison that turns a disagreement into a readable report.
 
 Pipeline position: the suite's judge. Every run of a compiled model is compared, state by
-state and element by element, with the float64 reference (``cortex.core.reference.evaluate``)
+state and element by element, with the float64 reference (``cortex.core.frontend.reference.evaluate``)
 or, in differential cases, with another program's run on the same target.
 
 Tolerance (``TOLERANCES``): an element passes when

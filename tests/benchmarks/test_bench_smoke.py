@@ -130,7 +130,7 @@ def test_treelstm_flops_match_the_design_numbers() -> None:
     h = d = 256
     got = common.flops_per_batch("TreeLSTM", batch, h, d)
     assert got == 3 * (6 * h * d + 9 * h) + 2 * (20 * h * h + 17 * h)
-    assert 20 * h * h == 1_310_720  # DESIGN.md: an internal node's GEMV is 1.31 MFLOP
+    assert 20 * h * h == 1_310_720  # an internal node's GEMV is 1.31 MFLOP
     with pytest.raises(ValueError, match="no FLOP formula"):
         common.flops_per_batch("Nope", batch, h, d)
 

@@ -20,7 +20,7 @@ CONFTEST = f"""
 import sys
 sys.path.insert(0, {str(HERE)!r})
 import fake_targets
-from cortex.core.plugins import register_plugin
+from cortex.core.plugin.loader import register_plugin
 register_plugin(fake_targets, "fake_targets")
 """
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from cortex import PluginWarning, cli
-from cortex.core import hostinfo
+from cortex.core.plugin import hostinfo
 
 pytestmark = pytest.mark.usefixtures("clean_plugins")
 

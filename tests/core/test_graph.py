@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from cortex.core.graph import GraphError, Outputs, Value, format_graph, verify
+from cortex.core.frontend.graph import GraphError, Outputs, Value, format_graph, verify
 from cortex.core.passes import run_passes
 from cortex.models import ChildSumTreeLSTM, MVRNN, SeqLSTM, TreeLSTM
 

@@ -13,7 +13,7 @@ import re
 import types
 from pathlib import Path
 
-from cortex.core import hookspecs
+from cortex.core.plugin import hookspecs
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs" / "plugins.md"
@@ -70,7 +70,7 @@ def problems(specs: dict[str, object], markdown: str, tests_dir: Path) -> list[s
 
 def test_every_hook_spec_is_documented_typed_and_tested():
     specs = hook_specs(hookspecs)
-    assert specs, "no hook spec found in cortex.core.hookspecs"
+    assert specs, "no hook spec found in cortex.core.plugin.hookspecs"
     assert problems(specs, DOCS.read_text(encoding="utf-8"), TESTS) == []
 
 
@@ -94,7 +94,7 @@ def test_the_meta_test_notices_a_missing_entry(tmp_path):
 
 
 def test_hook_names_are_prefixed_and_known_to_the_plugin_system():
-    from cortex.core.plugins import hook_names
+    from cortex.core.plugin.loader import hook_names
 
     assert set(hook_names()) == set(hook_specs(hookspecs))
     assert all(name.startswith("cortex_") for name in hook_names())

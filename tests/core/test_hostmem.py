@@ -1,4 +1,4 @@
-"""Cache-line-aligned host buffers (cortex.core.hostmem) and where the pipeline uses them."""
+"""Cache-line-aligned host buffers (cortex.core.runtime.hostmem) and where the pipeline uses them."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 import cortex
-from cortex.core.backend import HostRuntime
-from cortex.core.hostmem import CACHE_LINE, aligned_copy, aligned_empty, aligned_zeros, as_aligned, is_aligned
-from cortex.core.loop_transforms import from_layout, to_layout
-from cortex.core.params import compute_derived
+from cortex.core.plugin.backend import HostRuntime
+from cortex.core.runtime.hostmem import CACHE_LINE, aligned_copy, aligned_empty, aligned_zeros, as_aligned, is_aligned
+from cortex.core.lowering.transforms import from_layout, to_layout
+from cortex.core.frontend.params import compute_derived
 
 
 def _ptr(a: np.ndarray) -> int:

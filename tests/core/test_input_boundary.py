@@ -25,10 +25,10 @@ from cortex.core.linearize import (EdgeList, Grid, IndexOverflowError, MemoryLim
                                    ParentArray, Sequence, SExpr, StructureError,
                                    UnsupportedInputError, cache_info, clear_cache, linearize,
                                    set_cache, set_limits)
-from cortex.core.lower import BatchMismatchError
-from cortex.core.model_errors import ModelArgumentTypeError, ModelDefinitionError
-from cortex.core.outputs import Outputs
-from cortex.core.structure import BatchTypeError, InvariantError, LinearizedBatch
+from cortex.core.frontend.model_errors import ModelArgumentTypeError, ModelDefinitionError
+from cortex.core.linearize.structure import BatchTypeError, InvariantError, LinearizedBatch
+from cortex.core.lowering.lower import BatchMismatchError
+from cortex.core.runtime.outputs import Outputs
 from cortex.models import (DAGRNN, MVRNN, ChildSumTreeLSTM, SeqGRU, SeqLSTM, TreeFC, TreeGRU,
                            TreeLSTM, TreeRNN)
 
@@ -314,8 +314,8 @@ def _wide_batch(wide: int) -> list:
 
 @pytest.mark.parametrize("schedule", [None, {"fuse": False}], ids=["default", "unfused"])
 def test_the_oracle_on_wide_nodes_matches_the_reference_without_padding(schedule, monkeypatch):
-    from cortex.core import interpret
-    from cortex.core.reference import evaluate
+    from cortex.core.loopir import interpret
+    from cortex.core.frontend.reference import evaluate
 
     model = ChildSumTreeLSTM(hidden=3, embed=2, vocab=700, dtype="float64")
     exe = cortex.compile(model, target="numpy", **({"schedule": schedule} if schedule else {}))
@@ -339,7 +339,7 @@ def test_the_oracle_on_wide_nodes_matches_the_reference_without_padding(schedule
 
 def test_flat_reductions_equal_padded_ones(monkeypatch):
     """The same programs with the flat segment switched off: the masked, padded evaluation."""
-    from cortex.core import interpret
+    from cortex.core.loopir import interpret
 
     rng = np.random.default_rng(3)
     model = ChildSumTreeLSTM(hidden=5, embed=2, vocab=50, dtype="float64")

@@ -14,7 +14,7 @@ from test_loopir_examples import (  # noqa: E402
 )
 
 from cortex.core import loopir as ir  # noqa: E402
-from cortex.core.interpret import InterpretError, allocate, run  # noqa: E402
+from cortex.core.loopir.interpret import InterpretError, allocate, run  # noqa: E402
 from cortex.core.loopir import Const, For, Load, Store, Var, fconst  # noqa: E402
 
 
@@ -171,7 +171,7 @@ def test_fused_tree_lstm_matches_the_equations(form, dtype):
 
 @pytest.mark.parametrize("name", ["tree_rnn", "child_sum"])
 def test_chunked_reductions_give_the_same_results(monkeypatch, name):
-    import cortex.core.interpret as interp
+    import cortex.core.loopir.interpret as interp
 
     rng = np.random.default_rng(2)
     batch = random_batch(rng, n_trees=3, arity=None if name == "child_sum" else 2)
@@ -202,7 +202,7 @@ def test_conflicting_int_writes_are_reported_too():
 
 
 def test_batch_inputs_binds_a_linearized_batch():
-    from cortex.core.interpret import batch_inputs
+    from cortex.core.loopir.interpret import batch_inputs
 
     rng = np.random.default_rng(4)
     batch = random_batch(rng, n_trees=3, arity=2)
@@ -211,7 +211,7 @@ def test_batch_inputs_binds_a_linearized_batch():
     body = For("v", 0, Var("NL"), Store("y", (Var("v"),), ir.Cast("float64", Load("word_ids", (Var("v"),)))), "parallel")
     p = ir.Program("bind", ir.linearizer_sizes(), decls + (ir.Buffer("y", "float64", (n,), "output"),),
                    (ir.Kernel("k", (), body),), (ir.Launch("k"),))
-    from cortex.core.loopir_verify import verify
+    from cortex.core.loopir.verify import verify
 
     verify(p)
     bufs, sizes = batch_inputs(p, batch)

@@ -1,4 +1,4 @@
-"""``cortex.core.jam``: node jamming with fused reductions, checked against the untransformed
+"""``cortex.core.lowering.jam``: node jamming with fused reductions, checked against the untransformed
 program on the interpreter (like loopy checks its transforms), and the verifier."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cortex.core import interpret
 from cortex.core import loopir as ir
-from cortex.core.jam import jam_nodes, weights_to_transpose
-from cortex.core.loop_transforms import change_layout, physical_arrays
-from cortex.core.loopir_verify import verify
+from cortex.core.loopir import interpret
+from cortex.core.loopir.verify import verify
+from cortex.core.lowering.jam import jam_nodes, weights_to_transpose
+from cortex.core.lowering.transforms import change_layout, physical_arrays
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_loopir_examples import child_sum, inputs, random_batch, tree_lstm, tree_rnn  # noqa: E402

@@ -240,7 +240,7 @@ def test_origin_slices_and_errors() -> None:
 def test_validate_catches_corruption(field: str, value: list) -> None:
     import dataclasses
 
-    from cortex.core.structure import InvariantError
+    from cortex.core.linearize.structure import InvariantError
 
     good = linearize("(3 (2 It) (4 (2 's) (3 fine)))", vocab=VOCAB, cache=False)
     good.validate()

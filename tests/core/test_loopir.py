@@ -12,9 +12,9 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from test_loopir_examples import BUILDERS, SIZES, index_buffers, tree_lstm, tree_rnn  # noqa: E402
 
 from cortex.core import loopir as ir  # noqa: E402
-from cortex.core.capabilities import Capabilities  # noqa: E402
 from cortex.core.loopir import Const, For, Load, Select, Store, Var, fconst  # noqa: E402
-from cortex.core.loopir_verify import VerificationError, check, verify  # noqa: E402
+from cortex.core.loopir.verify import VerificationError, check, verify  # noqa: E402
+from cortex.core.plugin.capabilities import Capabilities  # noqa: E402
 
 N = Var("N")
 GPU = Capabilities(has_grid=True, grid_barrier=True, group_barrier=True, max_threads_per_group=1024,

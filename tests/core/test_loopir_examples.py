@@ -8,7 +8,7 @@
 Both come in the two host forms (one persistent kernel with the level loop inside and a
 grid barrier, or one launch per level) and with leaf specialization on or off. The tiny
 linearizer below builds ``LinearizedBatch`` objects from random trees, following the contract
-in ``cortex/core/structure.py`` (level-ordered ids, leaves first).
+in ``cortex/core/linearize/structure.py`` (level-ordered ids, leaves first).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from __future__ import annotations
 import numpy as np
 
 from cortex.core import loopir as ir
+from cortex.core.linearize.structure import INDEX_DTYPE, LinearizedBatch
 from cortex.core.loopir import For, Let, Load, Select, Store, Var, call, fconst, seq
-from cortex.core.structure import INDEX_DTYPE, LinearizedBatch
 
 N, L, NL, E = Var("N"), Var("L"), Var("NL"), Var("E")
 lvl = Var("l")
@@ -280,7 +280,7 @@ def inputs(batch: LinearizedBatch, program: ir.Program, rng: np.random.Generator
 def scheduled_case(program: ir.Program, seed: int = 0, arity: int | None = 2) -> tuple[dict, dict, LinearizedBatch]:
     """:func:`inputs` on a random 4-tree batch, with every param in the layout ``program``'s
     schedule gave it (packed weights etc.): buffers, sizes and the batch."""
-    from cortex.core import loop_transforms as T
+    from cortex.core.lowering import transforms as T
 
     rng = np.random.default_rng(seed)
     batch = random_batch(rng, n_trees=4, arity=arity)

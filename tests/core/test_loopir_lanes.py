@@ -20,14 +20,14 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from test_lower import GPU, SPECS, assert_close, make_batch, run_lowered, spec_families  # noqa: E402
 
 from cortex.core import loopir as ir  # noqa: E402
-from cortex.core import reference  # noqa: E402
-from cortex.core.capabilities import Capabilities  # noqa: E402
-from cortex.core.interpret import run  # noqa: E402
-from cortex.core.loopir_verify import VerificationError, check, verify  # noqa: E402
-from cortex.core.lower import lower  # noqa: E402
-from cortex.core.lower_schedule import reduce_lanes_for  # noqa: E402
-from cortex.core.render_c import RenderError, render  # noqa: E402
-from cortex.core.schedule import Schedule, ScheduleError, ScheduleSpace  # noqa: E402
+from cortex.core.frontend import reference  # noqa: E402
+from cortex.core.loopir.interpret import run  # noqa: E402
+from cortex.core.loopir.verify import VerificationError, check, verify  # noqa: E402
+from cortex.core.lowering.apply_schedule import reduce_lanes_for  # noqa: E402
+from cortex.core.lowering.lower import lower  # noqa: E402
+from cortex.core.lowering.schedule import Schedule, ScheduleError, ScheduleSpace  # noqa: E402
+from cortex.core.plugin.capabilities import Capabilities  # noqa: E402
+from cortex.core.render.c_family import RenderError, render  # noqa: E402
 
 NVCC = shutil.which("nvcc")
 WARP = replace(GPU, warp_size=32)

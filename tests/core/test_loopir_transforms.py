@@ -12,10 +12,10 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from test_loopir_examples import child_sum, inputs, random_batch, tree_rnn  # noqa: E402
 
-from cortex.core import loop_transforms as T  # noqa: E402
 from cortex.core import loopir as ir  # noqa: E402
-from cortex.core.interpret import run  # noqa: E402
-from cortex.core.loopir_verify import verify  # noqa: E402
+from cortex.core.loopir.interpret import run  # noqa: E402
+from cortex.core.loopir.verify import verify  # noqa: E402
+from cortex.core.lowering import transforms as T  # noqa: E402
 
 
 def _same_results(original: ir.Program, transformed: ir.Program, seed: int = 0) -> None:

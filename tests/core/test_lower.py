@@ -15,14 +15,15 @@ import numpy as np
 import pytest
 
 from cortex import models as M
-from cortex.core import interpret, reference
-from cortex.core.capabilities import Capabilities
+from cortex.core.frontend import reference
+from cortex.core.frontend.trace import trace
 from cortex.core.linearize import ChildTable, Grid, Sequence, linearize
-from cortex.core.loopir_verify import verify
-from cortex.core.lower import Lowered, lower
+from cortex.core.loopir import interpret
+from cortex.core.loopir.verify import verify
+from cortex.core.lowering.lower import Lowered, lower
+from cortex.core.lowering.schedule import ScheduleSpace
 from cortex.core.passes.pipeline import DEFAULT_PASSES, run_passes
-from cortex.core.schedule import ScheduleSpace
-from cortex.core.trace import trace
+from cortex.core.plugin.capabilities import Capabilities
 from cortex.testing.structures import balanced, caterpillar
 
 CPU = Capabilities(num_cores=4, vector_bits=256, cache_bytes_per_core=1 << 20, dialect="c", single_call=True)

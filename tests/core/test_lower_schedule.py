@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from cortex.core import loopir as ir
-from cortex.core import reference
+from cortex.core.frontend import reference
 from cortex.core.linearize import ChildTable, linearize
-from cortex.core.loop_transforms import from_layout
-from cortex.core.loopir_verify import verify
-from cortex.core.lower import BatchMismatchError, Lowered, LoweringError, lower
-from cortex.core.schedule import Schedule, ScheduleSpace
+from cortex.core.lowering.transforms import from_layout
+from cortex.core.loopir.verify import verify
+from cortex.core.lowering.lower import BatchMismatchError, Lowered, LoweringError, lower
+from cortex.core.lowering.schedule import Schedule, ScheduleSpace
 from test_lower import CPU, GPU, SPECS, assert_close, make_batch, run_lowered, spec_families
 
 SPEC = {s.name: s for s in SPECS}

@@ -25,10 +25,10 @@ sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "models"))
 from zoo_structures import zoo_cases  # noqa: E402
 
 import cortex  # noqa: E402
+from cortex.core.frontend.reference import evaluate  # noqa: E402
+from cortex.core.frontend.trace import trace  # noqa: E402
 from cortex.core.linearize import EdgeList, Grid, Sequence  # noqa: E402
-from cortex.core.reference import evaluate  # noqa: E402
-from cortex.core.schedule import ScheduleSpace  # noqa: E402
-from cortex.core.trace import trace  # noqa: E402
+from cortex.core.lowering.schedule import ScheduleSpace  # noqa: E402
 from cortex.plugins.numpy_ref.backend import CAPABILITIES  # noqa: E402
 
 CASES = {dtype: zoo_cases(dtype) for dtype in ("float32", "float64")}

@@ -11,13 +11,13 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
 
-from cortex.core.graph import ELEMENTWISE_OPS  # noqa: E402
-from cortex.core.model import Model  # noqa: E402
+from cortex.core.frontend.graph import ELEMENTWISE_OPS  # noqa: E402
+from cortex.core.frontend.model import Model  # noqa: E402
 from cortex.core.passes import (  # noqa: E402
     ALL_PASSES, DEFAULT_PASSES, cse, dce, fold_constants, fusion_groups, hoist_invariant,
     run_passes, stack_gates,
 )
-from cortex.core.reference import evaluate  # noqa: E402
+from cortex.core.frontend.reference import evaluate  # noqa: E402
 from cortex.models import ChildSumTreeLSTM, SeqGRU, SeqLSTM, TreeLSTM  # noqa: E402
 from zoo_structures import Structure, make_batch, zoo_cases  # noqa: E402
 

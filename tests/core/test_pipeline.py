@@ -10,11 +10,11 @@ import pytest
 import cortex
 from cortex import InvalidOptionError
 from cortex.core import pipeline
+from cortex.core.frontend.reference import evaluate
+from cortex.core.frontend.trace import trace
 from cortex.core.linearize import ArityError, TokenError
+from cortex.core.lowering.schedule import Schedule, ScheduleSpace
 from cortex.core.passes.pipeline import DEFAULT_PASSES, run_passes
-from cortex.core.reference import evaluate
-from cortex.core.schedule import Schedule, ScheduleSpace
-from cortex.core.trace import trace
 from cortex.models import TreeLSTM, TreeRNN
 from cortex.plugins.numpy_ref.backend import CAPABILITIES, IdentityCompiler
 
@@ -87,7 +87,7 @@ def test_dtype_defaults_to_the_models_and_can_be_overridden():
 
 
 def test_compilation_happens_once_and_calls_never_recompile(monkeypatch):
-    import cortex.core.lower as lower_module
+    import cortex.core.lowering.lower as lower_module
 
     counts = {"compile": 0, "lower": 0}
     real_compile, real_lower = IdentityCompiler.compile, lower_module.lower
@@ -193,7 +193,7 @@ def test_options_are_checked_before_any_work(monkeypatch):
     def no_trace(model):
         raise AssertionError("traced before the options were checked")
 
-    monkeypatch.setattr("cortex.core.trace.trace", no_trace)
+    monkeypatch.setattr("cortex.core.frontend.trace.trace", no_trace)
     with pytest.raises(InvalidOptionError, match="dtype"):
         cortex.compile(lstm(), target="numpy", dtype="half")
 
@@ -210,7 +210,7 @@ def test_backend_and_schedule_problems_come_before_tracing(monkeypatch, clean_pl
             registry.add(Target(name="later", description="test", backend=no_backend))
 
     clean_plugins.register_plugin(Plugin(), name="later-plugin")
-    monkeypatch.setattr("cortex.core.trace.trace", lambda m: pytest.fail("traced"))
+    monkeypatch.setattr("cortex.core.frontend.trace.trace", lambda m: pytest.fail("traced"))
     with pytest.raises(NotYetImplementedError, match="arrives later"):
         cortex.compile(lstm(), target="later")
     with pytest.raises(InvalidOptionError, match="schedule"):
@@ -220,8 +220,8 @@ def test_backend_and_schedule_problems_come_before_tracing(monkeypatch, clean_pl
 def test_float64_on_a_target_without_fp64_is_an_option_error():
     from dataclasses import replace
 
-    from cortex.core.backend import Backend
-    from cortex.core.targets import Target
+    from cortex.core.plugin.backend import Backend
+    from cortex.core.plugin.targets import Target
     from cortex.plugins.numpy_ref import backend as nb
 
     def no_fp64(options):
@@ -252,7 +252,7 @@ def test_structures_that_do_not_fit_fail_in_the_linearizer_before_running(monkey
 
 def test_a_ready_linearized_batch_is_checked_against_the_model():
     from cortex.core.linearize import linearize
-    from cortex.core.lower import BatchMismatchError
+    from cortex.core.lowering.lower import BatchMismatchError
 
     model = lstm()
     exe = cortex.compile(model, target="numpy")
@@ -270,7 +270,7 @@ def test_a_ready_linearized_batch_is_checked_against_the_model():
 def test_source_extension_follows_the_renderer_or_the_dialect():
     from dataclasses import replace
 
-    from cortex.core.backend import Backend
+    from cortex.core.plugin.backend import Backend
     from cortex.plugins.numpy_ref import backend as nb
 
     b = nb.create_backend({})
@@ -302,8 +302,8 @@ def test_shared_option_helpers():
 def test_params_are_prepared_beside_the_compile_and_their_errors_keep_their_type(monkeypatch):
     import threading
 
-    from cortex.core import lower as lower_mod
-    from cortex.core.model_errors import ParamError
+    from cortex.core.frontend.model_errors import ParamError
+    from cortex.core.lowering import lower as lower_mod
 
     model = lstm()
     seen = []
@@ -327,7 +327,7 @@ def test_params_are_prepared_beside_the_compile_and_their_errors_keep_their_type
 
 
 def test_float32_executables_compute_derived_params_in_float32():
-    from cortex.core.params import bind_params
+    from cortex.core.frontend.params import bind_params
 
     model = TreeLSTM(hidden=6, embed=5, vocab=10, dtype="float32", seed=3)
     exe = cortex.compile(model, target="numpy", passes=DEFAULT_PASSES)
@@ -354,7 +354,7 @@ def test_build_artifact_is_the_first_half_of_build(monkeypatch):
     """compile-only checks (no device) use build_artifact: same source and key as a full build,
     and with prepare_params=False the params are never prepared."""
     from cortex.core.api import resolve_target
-    from cortex.core.lower import Lowered
+    from cortex.core.lowering.lower import Lowered
 
     model = TreeLSTM(vocab=7, embed=3, hidden=4)
     target, options = resolve_target("numpy")

@@ -18,12 +18,12 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from test_loopir_examples import tree_rnn  # noqa: E402
 
-from cortex.core.executable import Executable, linearize_options  # noqa: E402
-from cortex.core.graph import RecursiveGraph  # noqa: E402
+from cortex.core.runtime.executable import Executable, linearize_options  # noqa: E402
+from cortex.core.frontend.graph import RecursiveGraph  # noqa: E402
 from cortex.core.linearize import StructureError  # noqa: E402
-from cortex.core.outputs import Outputs  # noqa: E402
-from cortex.core.schedule import Schedule  # noqa: E402
-from cortex.core.trace import trace  # noqa: E402
+from cortex.core.runtime.outputs import Outputs  # noqa: E402
+from cortex.core.lowering.schedule import Schedule  # noqa: E402
+from cortex.core.frontend.trace import trace  # noqa: E402
 from cortex.models import TreeLSTM, TreeRNN  # noqa: E402
 from cortex.plugins.numpy_ref.backend import (CAPABILITIES, IdentityCompiler,  # noqa: E402
                                               InterpreterRuntime, PrintRenderer, ProgramSource,
@@ -149,7 +149,7 @@ def test_structures_that_do_not_fit_are_rejected_before_running(exe, monkeypatch
 
 def test_a_ready_linearized_batch_runs_after_validation(exe):
     from cortex.core.linearize import linearize
-    from cortex.core.structure import InvariantError
+    from cortex.core.linearize.structure import InvariantError
 
     ex, params = exe
     good = linearize(TREES, arity=2)

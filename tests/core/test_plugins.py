@@ -13,7 +13,7 @@ import pytest
 
 import cortex
 from cortex import Availability, PluginError, PluginWarning, Target, UnknownTargetError, hookimpl
-from cortex.core.plugins import (
+from cortex.core.plugin.loader import (
     BUILTIN,
     DEFAULT_PLUGINS,
     ENTRY_POINT,
@@ -73,7 +73,7 @@ def test_builtin_plugins_register_the_four_targets(clean_plugins):
 def test_import_cortex_loads_no_plugin_and_no_backend_library():
     code = (
         "import sys, json, cortex\n"
-        "heavy = ['cortex.core.plugins', 'cortex.plugins.cpu_llvm', 'cortex.plugins.opencl',"
+        "heavy = ['cortex.core.plugin.loader', 'cortex.plugins.cpu_llvm', 'cortex.plugins.opencl',"
         " 'cortex.plugins.cuda', 'cortex.plugins.numpy_ref', 'pluggy', 'llvmlite', 'pyopencl', 'pycuda']\n"
         "print(json.dumps([m for m in heavy if m in sys.modules]))\n"
     )

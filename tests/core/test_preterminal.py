@@ -9,10 +9,10 @@ import pytest
 
 import cortex
 from cortex import InvalidOptionError
-from cortex.core import reference
-from cortex.core.graph import GraphError, verify
+from cortex.core.frontend import reference
+from cortex.core.frontend.graph import GraphError, verify
+from cortex.core.frontend.params import bind_params
 from cortex.core.linearize import linearize
-from cortex.core.params import bind_params
 from cortex.core.passes.pipeline import DEFAULT_PASSES, run_passes, with_table_limit
 from cortex.core.passes.preterminal import preterminal
 from cortex.models import ChildSumTreeLSTM, SeqGRU, TreeFC, TreeGRU, TreeLSTM

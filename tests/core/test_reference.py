@@ -11,8 +11,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
 
-from cortex.core.reference import ReferenceInputError, evaluate, roots  # noqa: E402
-from cortex.core.structure import INDEX_DTYPE, LinearizedBatch  # noqa: E402
+from cortex.core.frontend.reference import ReferenceInputError, evaluate, roots  # noqa: E402
+from cortex.core.linearize.structure import INDEX_DTYPE, LinearizedBatch  # noqa: E402
 from cortex.models import DAGRNN, ChildSumTreeLSTM, TreeFC, TreeLSTM  # noqa: E402
 from zoo_structures import Structure, make_batch  # noqa: E402
 
@@ -86,7 +86,7 @@ def test_missing_or_misshaped_params_are_reported():
 
 
 def test_mean_reduction_and_shared_children():
-    from cortex.core.model import Model
+    from cortex.core.frontend.model import Model
 
     class MeanSum(Model):
         def __init__(self):

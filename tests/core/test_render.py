@@ -16,11 +16,11 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from test_loopir_examples import child_sum, scheduled_case, tree_lstm, tree_lstm_reference, tree_rnn  # noqa: E402
 
-from cortex.core import loop_transforms as T  # noqa: E402
+from cortex.core.lowering import transforms as T  # noqa: E402
 from cortex.core import loopir as ir  # noqa: E402
-from cortex.core.interpret import np_dtype, run  # noqa: E402
-from cortex.core.loopir_verify import verify  # noqa: E402
-from cortex.core.render_c import RenderError, dynamic_shared_bytes, entry_symbol, kernel_symbol, render  # noqa: E402
+from cortex.core.loopir.interpret import np_dtype, run  # noqa: E402
+from cortex.core.loopir.verify import verify  # noqa: E402
+from cortex.core.render.c_family import RenderError, dynamic_shared_bytes, entry_symbol, kernel_symbol, render  # noqa: E402
 
 CC = shutil.which("cc")
 NVCC = shutil.which("nvcc")
@@ -46,7 +46,7 @@ def _run_c(program: ir.Program, so: pathlib.Path, bufs: dict, sizes: dict) -> di
     for b in program.buffers:
         a = bufs.get(b.name)
         if a is None:
-            from cortex.core.interpret import eval_shape
+            from cortex.core.loopir.interpret import eval_shape
 
             a = np.zeros(eval_shape(b.shape, sizes), dtype=np_dtype(b.dtype))
         a = np.ascontiguousarray(a, dtype=np_dtype(b.dtype))

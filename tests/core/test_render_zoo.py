@@ -26,12 +26,12 @@ sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "models"))
 from test_render import OPENCL_SHIM  # noqa: E402
 from zoo_structures import zoo_cases  # noqa: E402
 
-from cortex.core.capabilities import Capabilities  # noqa: E402
-from cortex.core.lower import lower  # noqa: E402
+from cortex.core.frontend.trace import trace  # noqa: E402
+from cortex.core.lowering.lower import lower  # noqa: E402
+from cortex.core.lowering.schedule import ScheduleSpace  # noqa: E402
 from cortex.core.passes.pipeline import run_passes  # noqa: E402
-from cortex.core.render_c import render  # noqa: E402
-from cortex.core.schedule import ScheduleSpace  # noqa: E402
-from cortex.core.trace import trace  # noqa: E402
+from cortex.core.plugin.capabilities import Capabilities  # noqa: E402
+from cortex.core.render.c_family import render  # noqa: E402
 
 CC = shutil.which("cc")
 NVCC = shutil.which("nvcc")

@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from cortex.core.capabilities import Capabilities
-from cortex.core.schedule import KNOB_NAMES, Schedule, ScheduleError, ScheduleSpace
+from cortex.core.lowering.schedule import KNOB_NAMES, Schedule, ScheduleError, ScheduleSpace
+from cortex.core.plugin.capabilities import Capabilities
 
 CPU = Capabilities(num_cores=4, vector_bits=512, cache_bytes_per_core=2 << 20, dialect="c")
 GPU = Capabilities(has_grid=True, grid_barrier=True, group_barrier=True, max_threads_per_group=1024,

@@ -19,8 +19,8 @@ from cortex import (
     hookimpl,
 )
 from cortex.core.api import PipelineNotAvailableError
-from cortex.core.backend import Backend, Compiler, Renderer, Runtime
-from cortex.core.targets import TargetRegistrar, TargetRegistry
+from cortex.core.plugin.backend import Backend, Compiler, Renderer, Runtime
+from cortex.core.plugin.targets import TargetRegistrar, TargetRegistry
 
 pytestmark = pytest.mark.usefixtures("clean_plugins")
 

@@ -1,4 +1,4 @@
-"""Token tables filled on first use (cortex.core.token_tables): which derived params are token
+"""Token tables filled on first use (cortex.core.runtime.token_tables): which derived params are token
 tables, that a host executable computes exactly the rows its calls need and agrees with the
 whole tables and the reference, that its snapshot of the params is its own, that a device gets
 whole tables, and ``Executable.fill_tables``."""
@@ -15,13 +15,13 @@ import pytest
 import cortex
 from cortex.core import pipeline
 from cortex.core.api import resolve_target
-from cortex.core.backend import Runtime
-from cortex.core.hostmem import is_aligned, sparse_zeros
+from cortex.core.plugin.backend import Runtime
+from cortex.core.runtime.hostmem import is_aligned, sparse_zeros
 from cortex.core.linearize import linearize
-from cortex.core.params import bind_params
+from cortex.core.frontend.params import bind_params
 from cortex.core.passes.pipeline import run_passes, with_table_limit, DEFAULT_PASSES
-from cortex.core.reference import evaluate, roots
-from cortex.core.token_tables import bind_deferred, token_table_names
+from cortex.core.frontend.reference import evaluate, roots
+from cortex.core.runtime.token_tables import bind_deferred, token_table_names
 from cortex.models import DAGRNN, TreeGRU, TreeLSTM
 
 V = 50

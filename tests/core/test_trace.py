@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cortex.core.model import Model
-from cortex.core.model_errors import TraceError
+from cortex.core.frontend.model import Model
+from cortex.core.frontend.model_errors import TraceError
 from cortex.models import ChildSumTreeLSTM, DAGRNN, MVRNN, SeqGRU, TreeLSTM
 
 

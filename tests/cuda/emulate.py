@@ -15,7 +15,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from cortex.core import loopir as ir
-from cortex.core.render_c import kernel_symbol, render
+from cortex.core.render.c_family import kernel_symbol, render
 from cortex.plugins.cuda.launch import KernelPlan, host_launches
 
 HERE = pathlib.Path(__file__).parent

@@ -13,9 +13,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from cortex.core import interpret
 from cortex.core import loopir as ir
-from cortex.core.render_c import kernel_symbol
+from cortex.core.loopir import interpret
+from cortex.core.render.c_family import kernel_symbol
 from cortex.plugins.cuda.device import DeviceInfo, nominal_device
 from cortex.plugins.cuda.driver import Driver
 

@@ -14,13 +14,13 @@ HERE = pathlib.Path(__file__).parent
 sys.path.insert(0, str(HERE.parent / "models"))
 from zoo_structures import zoo_cases  # noqa: E402
 
-from cortex.core import hostinfo  # noqa: E402
 from cortex.core import loopir as ir  # noqa: E402
 from cortex.core.errors import TargetNotRunnableError  # noqa: E402
-from cortex.core.lower import lower  # noqa: E402
+from cortex.core.frontend.trace import trace  # noqa: E402
+from cortex.core.lowering.lower import lower  # noqa: E402
+from cortex.core.lowering.schedule import ScheduleSpace  # noqa: E402
 from cortex.core.passes.pipeline import run_passes  # noqa: E402
-from cortex.core.schedule import ScheduleSpace  # noqa: E402
-from cortex.core.trace import trace  # noqa: E402
+from cortex.core.plugin import hostinfo  # noqa: E402
 from cortex.plugins.cuda.backend import make_backend  # noqa: E402
 from cortex.plugins.cuda.compiler import CudaSource, NvccCompiler, NvccError, resolve_arch  # noqa: E402
 from cortex.plugins.cuda.device import DeviceInfo, nominal_device  # noqa: E402

@@ -21,9 +21,9 @@ from test_loopir_lanes import K, lane_program  # noqa: E402
 from test_lower import SPECS, make_batch, spec_families  # noqa: E402
 
 from cortex.core import loopir as ir  # noqa: E402
-from cortex.core.interpret import run  # noqa: E402
-from cortex.core.lower import lower  # noqa: E402
-from cortex.core.schedule import ScheduleSpace  # noqa: E402
+from cortex.core.loopir.interpret import run  # noqa: E402
+from cortex.core.lowering.lower import lower  # noqa: E402
+from cortex.core.lowering.schedule import ScheduleSpace  # noqa: E402
 from cortex.plugins.cuda.device import capabilities, nominal_device  # noqa: E402
 
 pytestmark = pytest.mark.skipif(CXX is None, reason="no C++ compiler (g++) to build the emulated kernels")

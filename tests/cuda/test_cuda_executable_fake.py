@@ -16,9 +16,9 @@ sys.path.insert(0, str(HERE))
 from fake_driver import FakeDriver  # noqa: E402
 
 import cortex  # noqa: E402
-from cortex.core import hostinfo  # noqa: E402
-from cortex.core.reference import evaluate  # noqa: E402
-from cortex.core.trace import trace  # noqa: E402
+from cortex.core.frontend.reference import evaluate  # noqa: E402
+from cortex.core.frontend.trace import trace  # noqa: E402
+from cortex.core.plugin import hostinfo  # noqa: E402
 from cortex.models import TreeLSTM, TreeRNN  # noqa: E402
 from cortex.plugins.cuda import backend as cuda_backend  # noqa: E402
 from cortex.plugins.cuda import target as cuda_target  # noqa: E402

@@ -26,7 +26,7 @@ if not RUNNABLE and os.environ.get("CORTEX_TEST_REQUIRE", "") == "cuda":
 pytestmark = pytest.mark.skipif(not RUNNABLE, reason=f"cuda target not runnable here: {RUNNABLE.reason}")
 
 import cortex  # noqa: E402
-from cortex.core.interpret import run  # noqa: E402
+from cortex.core.loopir.interpret import run  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -84,10 +84,10 @@ def warm_cubin_cache(backend):
     disk cache (cortex.compile then finds them): one nvcc per program in turn is minutes."""
     from test_numpy_target import CASES
 
-    from cortex.core.lower import lower
+    from cortex.core.lowering.lower import lower
     from cortex.core.passes.pipeline import run_passes
-    from cortex.core.schedule import ScheduleSpace
-    from cortex.core.trace import trace
+    from cortex.core.lowering.schedule import ScheduleSpace
+    from cortex.core.frontend.trace import trace
 
     options = {o.name: o.default for o in cuda_target.OPTIONS}
     sources = []

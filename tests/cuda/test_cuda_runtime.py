@@ -19,12 +19,12 @@ sys.path.insert(0, str(HERE.parent / "models"))
 from fake_driver import FakeDriver  # noqa: E402
 from test_loopir_examples import child_sum, inputs, random_batch, tree_lstm, tree_rnn  # noqa: E402
 
-from cortex.core import loop_transforms as T  # noqa: E402
+from cortex.core.lowering import transforms as T  # noqa: E402
 from cortex.core import loopir as ir  # noqa: E402
 from cortex.core.errors import TargetNotRunnableError  # noqa: E402
-from cortex.core.interpret import run  # noqa: E402
-from cortex.core.loopir_verify import verify  # noqa: E402
-from cortex.core.lower_schedule import with_lanes  # noqa: E402
+from cortex.core.loopir.interpret import run  # noqa: E402
+from cortex.core.loopir.verify import verify  # noqa: E402
+from cortex.core.lowering.apply_schedule import with_lanes  # noqa: E402
 from cortex.plugins.cuda.device import capabilities, nominal_device  # noqa: E402
 from cortex.plugins.cuda.compiler import Cubin  # noqa: E402
 from cortex.plugins.cuda.launch import KernelPlan, LaunchError, host_launches  # noqa: E402
@@ -229,7 +229,7 @@ def test_blocks_hold_whole_lane_groups():
 def test_run_refuses_index_buffers_outside_their_declared_range(buffer, value):
     """``CompiledProgram.run`` takes raw host buffers: an index the kernel would dereference
     out of bounds is refused on the host, before anything is uploaded or launched."""
-    from cortex.core.backend import IndexRangeError
+    from cortex.core.plugin.backend import IndexRangeError
 
     p = PROGRAMS["tree_rnn_per_level"]()
     prog, driver = compiled(p)

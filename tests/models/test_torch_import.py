@@ -11,10 +11,10 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="PyTorch not installed: pip install torch==2.13.0 (tox -e torch)")
 
-from cortex.core.model_errors import ParamError  # noqa: E402
-from cortex.core.params import load_torch_childsum, load_torch_gru, load_torch_lstm  # noqa: E402
+from cortex.core.frontend.model_errors import ParamError  # noqa: E402
+from cortex.core.frontend.params import load_torch_childsum, load_torch_gru, load_torch_lstm  # noqa: E402
 from cortex.core.passes import run_passes  # noqa: E402
-from cortex.core.reference import evaluate  # noqa: E402
+from cortex.core.frontend.reference import evaluate  # noqa: E402
 from cortex.models import ChildSumTreeLSTM, SeqGRU, SeqLSTM  # noqa: E402
 from zoo_structures import Structure, make_batch  # noqa: E402
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cortex.core.reference import evaluate, roots
+from cortex.core.frontend.reference import evaluate, roots
 from zoo_structures import hand_model, make_batch, run_by_hand, zoo_cases
 
 CASES = zoo_cases("float64")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cortex.core.model_errors import ModelDefinitionError, ParamError
-from cortex.core.reference import evaluate
+from cortex.core.frontend.model_errors import ModelDefinitionError, ParamError
+from cortex.core.frontend.reference import evaluate
 from cortex.models import (
     DAGRNN, MVRNN, ChildSumTreeLSTM, SeqGRU, SeqLSTM, TreeFC, TreeGRU, TreeLSTM, TreeRNN,
 )

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cortex.core.structure import INDEX_DTYPE, LinearizedBatch
+from cortex.core.linearize.structure import INDEX_DTYPE, LinearizedBatch
 from cortex.testing.structures import balanced, caterpillar
 
 

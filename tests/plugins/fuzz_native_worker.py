@@ -37,7 +37,7 @@ import cortex
 from cortex.core.errors import CortexError
 from cortex.core.linearize import ChildTable, EdgeList, ParentArray
 from cortex.core.linearize import fast
-from cortex.core.structure import LinearizedBatch
+from cortex.core.linearize.structure import LinearizedBatch
 from cortex.data import Node
 from cortex.models import ChildSumTreeLSTM, TreeLSTM
 

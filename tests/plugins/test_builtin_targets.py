@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from cortex.core import hostinfo
+from cortex.core.plugin import hostinfo
 
 pytestmark = pytest.mark.usefixtures("clean_plugins")
 

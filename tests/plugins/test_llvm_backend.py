@@ -2,7 +2,7 @@
 
 * hand-built programs (tests/core/test_loopir_examples.py) in both host forms, float32/float64,
   threads 1 and 2, scheduled variants (split, vectorized, packed, unrolled), against
-  ``cortex.core.interpret.run`` — the semantic contract of every backend;
+  ``cortex.core.loopir.interpret.run`` — the semantic contract of every backend;
 * every zoo model through ``cortex.compile(..., target="llvm")`` against the float64 reference
   (float64 within 1e-10, float32 within 1e-4 of the state's magnitude), threads 1 vs 2 agree;
 * vectorized code for a pinned CPU (``cpu="skylake-avx512"``: ``<16 x float>`` in the optimized
@@ -28,11 +28,11 @@ from test_loopir_examples import child_sum, scheduled_case, tree_lstm, tree_rnn 
 
 import cortex  # noqa: E402
 import cortex.models  # noqa: E402,F401
-from cortex.core import loop_transforms as T  # noqa: E402
+from cortex.core.lowering import transforms as T  # noqa: E402
 from cortex.core import loopir as ir  # noqa: E402
-from cortex.core.interpret import run  # noqa: E402
-from cortex.core.reference import evaluate  # noqa: E402
-from cortex.core.trace import trace  # noqa: E402
+from cortex.core.loopir.interpret import run  # noqa: E402
+from cortex.core.frontend.reference import evaluate  # noqa: E402
+from cortex.core.frontend.trace import trace  # noqa: E402
 from cortex.plugins.cpu_llvm import codegen  # noqa: E402
 from cortex.plugins.cpu_llvm.runtime import CompiledProgram, LLVMRuntimeError  # noqa: E402
 
@@ -363,7 +363,7 @@ def test_launch_follows_new_arrays_and_rechecks_them():
 
 
 def test_interchange_applies_to_level_loops_only():
-    from cortex.core.lower import lower  # noqa: F401  (the lowering is what produces level loops)
+    from cortex.core.lowering.lower import lower  # noqa: F401  (the lowering is what produces level loops)
 
     p = tree_lstm(H=16)
     loops = [n for k in p.kernels for n in ir.walk(k.body) if isinstance(n, ir.For)]
@@ -455,7 +455,7 @@ def test_dag_rnn_child_sum_is_distributed_over_its_linear_map():
     red = next(v for v in vals.values() if v.op == "reduce_children")
     assert vals[red.args[0]].op == "child_state"
     # a linear with a bias (added once per child) is left alone
-    from cortex.core.model import Model
+    from cortex.core.frontend.model import Model
 
     class Biased(Model):
         def __init__(self):

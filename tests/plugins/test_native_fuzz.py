@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from cortex.core.plugins import get_registry
+from cortex.core.plugin.loader import get_registry
 
 WORKER = Path(__file__).with_name("fuzz_native_worker.py")
 TARGETS = ("llvm", "opencl")

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cortex.core import hostinfo, interpret
+from cortex.core.loopir import interpret
+from cortex.core.plugin import hostinfo
 
 REQUIRED = "opencl" in {n.strip() for n in os.environ.get("CORTEX_TEST_REQUIRE", "").split(",")}
 _found = hostinfo.opencl_devices()
@@ -23,7 +24,7 @@ if not _found.devices and not REQUIRED:
 
 import cortex  # noqa: E402
 import cortex.models  # noqa: E402,F401  (cortex.models.X below)
-from cortex.core.reference import evaluate  # noqa: E402
+from cortex.core.frontend.reference import evaluate  # noqa: E402
 from cortex.plugins.opencl import compiler as cl_compiler  # noqa: E402
 from cortex.plugins.opencl import device as cl_device  # noqa: E402
 from cortex.plugins.opencl.backend import create_backend  # noqa: E402
@@ -314,7 +315,7 @@ def test_a_build_failure_shows_the_log_and_the_saved_source():
 def test_too_many_work_items_is_a_resource_error(monkeypatch):
     from dataclasses import replace
 
-    from cortex.core import loop_transforms as T
+    from cortex.core.lowering import transforms as T
 
     program = T.bind(T.bind(tree_rnn(form="per_level", dtype="float32", H=8), "v", "group"), "j", "thread")
     art = BACKEND.compiler.compile(BACKEND.renderer.render(program), {"work_group_size": 64})

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cortex.core import interpret
 from cortex.core import loopir as ir
-from cortex.core.loopir_verify import verify
+from cortex.core.loopir import interpret
+from cortex.core.loopir.verify import verify
 from cortex.plugins.opencl import forms
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "core"))

@@ -16,7 +16,7 @@ import textwrap
 
 import pytest
 
-from cortex.core.plugins import get_registry
+from cortex.core.plugin.loader import get_registry
 
 REQUIRED = {n.strip() for n in os.environ.get("CORTEX_TEST_REQUIRE", "").split(",") if n.strip()}
 

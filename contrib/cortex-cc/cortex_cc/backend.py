@@ -2,7 +2,7 @@
 
 Pipeline position: the last two stages for target ``cc``.
 
-* renderer — ``cortex.core.render_c.render(program, "c")``; the source is a ``str`` that also
+* renderer — ``cortex.core.render.c_family.render(program, "c")``; the source is a ``str`` that also
   carries what the call needs (entry symbol, buffer dtypes, counts);
 * compiler — ``cc -O2 -std=c11 -shared -fPIC`` into ``<cache>/<cache_key>.so`` (the cache
   directory is ``$CORTEX_CC_CACHE`` or ``~/.cache/cortex-cc``), loaded once per key per process;
@@ -24,7 +24,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from cortex import Backend, Capabilities, Compiler, HostRuntime, Renderer
-from cortex.core.render_c import entry_symbol, render
+from cortex.core.render.c_family import entry_symbol, render
 
 NP_DTYPES = {"float32": np.float32, "float64": np.float64, "int32": np.int32}
 

@@ -9,7 +9,7 @@ import pytest
 
 import cortex
 import cortex_cc
-from cortex.core import plugins
+from cortex.core.plugin import loader as plugins
 
 
 @pytest.fixture
@@ -31,7 +31,7 @@ def test_registers_the_cc_target_with_typed_options(cc):
 
 
 def test_runs_a_model_like_the_reference(cc):
-    from cortex.core.reference import evaluate
+    from cortex.core.frontend.reference import evaluate
     from cortex.models import TreeLSTM
     from cortex.testing.tolerance import check
 
@@ -92,7 +92,7 @@ def test_a_batch_that_would_read_out_of_bounds_is_refused_before_the_native_call
         import dataclasses, json
         import numpy as np
         import cortex, cortex_cc
-        from cortex.core import plugins
+        from cortex.core.plugin import loader as plugins
         from cortex.models import TreeLSTM
 
         plugins.register_plugin(cortex_cc, "cortex_cc")

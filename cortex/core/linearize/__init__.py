@@ -1,4 +1,4 @@
-"""The linearizer: user structures -> :class:`~cortex.core.structure.LinearizedBatch`.
+"""The linearizer: user structures -> :class:`~cortex.core.linearize.structure.LinearizedBatch`.
 
 Pipeline position: runs on the host on every call of a compiled model, before any native code;
 it is the safety boundary (native code trusts every index it produces) and it is on the
@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import int_arg
-from ..structure import LinearizedBatch
+from .structure import LinearizedBatch
 from . import cache as _cache
 from . import fast as _fast
 from .arrays import array_part

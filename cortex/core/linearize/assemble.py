@@ -19,7 +19,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from ..errors import int_arg
-from ..structure import INDEX_DTYPE, LinearizedBatch
+from .structure import INDEX_DTYPE, LinearizedBatch
 from .errors import (ArityError, CycleError, EmptyBatchError, FeatureError, IndexOverflowError,
                      MixedInputError, NodeIndexError, RootError, StructureError, TokenError)
 from .limits import check_size

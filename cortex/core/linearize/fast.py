@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ..structure import INDEX_DTYPE, LinearizedBatch
+from .structure import INDEX_DTYPE, LinearizedBatch
 from . import forms
 from . import assemble as _asm
 from .assemble import Origin

@@ -20,7 +20,7 @@ changes the budget for the process; ``limits()`` reports it.
 from __future__ import annotations
 
 from ..errors import int_arg
-from ..structure import MAX_INDEX
+from .structure import MAX_INDEX
 from .errors import IndexOverflowError, MemoryLimitError
 
 BYTES_PER_NODE = 128

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Callable, Mapping
 
-from cortex.core.graph import (
+from cortex.core.frontend.graph import (
     Case,
     DerivedParam,
     RecursiveGraph,

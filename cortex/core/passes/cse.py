@@ -8,7 +8,7 @@ the dead duplicates disappear here, not in DCE.
 
 from __future__ import annotations
 
-from cortex.core.graph import Case, RecursiveGraph
+from cortex.core.frontend.graph import Case, RecursiveGraph
 from cortex.core.passes._rewrite import CaseRewriter, map_cases
 
 COMMUTATIVE = ("add", "mul")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from cortex.core.graph import Case, RecursiveGraph
+from cortex.core.frontend.graph import Case, RecursiveGraph
 from cortex.core.passes._rewrite import CaseRewriter
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from cortex.core.graph import RecursiveGraph
+from cortex.core.frontend.graph import RecursiveGraph
 from cortex.core.passes._rewrite import CaseRewriter, uses
 
 

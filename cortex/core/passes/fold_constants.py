@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 
-from cortex.core.graph import Case, RecursiveGraph, Value
+from cortex.core.frontend.graph import Case, RecursiveGraph, Value
 from cortex.core.passes._rewrite import CaseRewriter, map_cases
 
 _SCALAR = {

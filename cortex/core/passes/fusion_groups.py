@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from cortex.core.graph import Case, ELEMENTWISE_OPS, RecursiveGraph
+from cortex.core.frontend.graph import Case, ELEMENTWISE_OPS, RecursiveGraph
 from cortex.core.passes._rewrite import map_cases
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 from typing import Callable, Sequence
 
-from cortex.core.graph import RecursiveGraph, verify
+from cortex.core.frontend.graph import RecursiveGraph, verify
 from cortex.core.passes.cse import cse
 from cortex.core.passes.dce import dce
 from cortex.core.passes.distribute import distribute_linear

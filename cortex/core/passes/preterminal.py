@@ -2,7 +2,7 @@
 
 Pipeline position: a graph pass (``RecursiveGraph -> RecursiveGraph``), after gate stacking and
 hoisting, before CSE/DCE and fusion groups. It adds the optional ``preterminal`` case (see
-``cortex.core.graph``), which the lowering runs on level 1 and the reference evaluator checks.
+``cortex.core.frontend.graph``), which the lowering runs on level 1 and the reference evaluator checks.
 
 Why it pays: a leaf's states depend only on its token when the model's only node input is a
 word, so they can be tabulated over the vocabulary once, at bind time (derived params with recipe
@@ -17,7 +17,7 @@ would still do the expensive part, now reading tables), for fixed arity >= 2 (a 
 is one node per sequence: not worth a table), and when each new table has at most
 ``max_table_elements`` entries (the same limit as ``hoist_invariant``: by default 2**24, 64 MiB in
 float32; the ``max_table_mib`` compile option sets it, and its default is 128 MiB where the
-tables are filled on use, see ``cortex.core.token_tables``). Each table row is the same dot product
+tables are filled on use, see ``cortex.core.runtime.token_tables``). Each table row is the same dot product
 the GEMV computed, summed in another order: results change by rounding only.
 """
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from cortex.core.graph import REDUCING_OPS, Case, DerivedParam, RecursiveGraph, Value, leaf_state_shape
+from cortex.core.frontend.graph import REDUCING_OPS, Case, DerivedParam, RecursiveGraph, Value, leaf_state_shape
 from cortex.core.passes._rewrite import CaseRewriter
 from cortex.core.passes.dce import live_ids
 from cortex.core.passes.hoist import DEFAULT_MAX_TABLE_ELEMENTS, hoist_case

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from cortex.core.graph import Case, DerivedParam, RecursiveGraph, derived_shape
+from cortex.core.frontend.graph import Case, DerivedParam, RecursiveGraph, derived_shape
 from cortex.core.passes._rewrite import CaseRewriter
 
 

@@ -8,8 +8,8 @@ See docs/llvm.md.
 
 from __future__ import annotations
 
-from cortex.core.hookspecs import hookimpl
-from cortex.core.targets import TargetRegistrar
+from cortex.core.plugin.hookspecs import hookimpl
+from cortex.core.plugin.targets import TargetRegistrar
 from cortex.plugins.cpu_llvm import target
 
 

@@ -19,8 +19,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from cortex.core import loopir as ir
-from cortex.core.backend import Backend, Compiler, HostRuntime, Renderer, Source
-from cortex.core.capabilities import Capabilities
+from cortex.core.plugin.backend import Backend, Compiler, HostRuntime, Renderer, Source
+from cortex.core.plugin.capabilities import Capabilities
 from cortex.plugins.cpu_llvm import codegen, native_linearize
 from cortex.plugins.cpu_llvm.jit import cpu_info
 from cortex.plugins.cpu_llvm.runtime import CompiledProgram, usable_cpus

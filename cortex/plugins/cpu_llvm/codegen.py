@@ -3,7 +3,7 @@
 Pipeline position: the renderer of the ``llvm`` backend. It takes a scheduled, verified
 :class:`~cortex.core.loopir.Program` and returns LLVM IR text that
 :mod:`cortex.plugins.cpu_llvm.jit` optimizes and JIT-compiles. Semantics are the interpreter's
-(:func:`cortex.core.interpret.run`); the tests hold the two together.
+(:func:`cortex.core.loopir.interpret.run`); the tests hold the two together.
 
 Execution model (SPMD over a fixed team of threads)
 ---------------------------------------------------

@@ -4,7 +4,7 @@ Pipeline position: outside the pipeline, a user-facing tour of it. It compiles
 ``cortex.models.TreeLSTM`` for ``llvm`` (falling back to ``numpy`` with the reason when llvm is
 not runnable here), runs it on ``cortex.data.examples()`` one sentence at a time, and prints, per
 sentence, the first root outputs, the latency of the compiled call and of the NumPy reference
-evaluator (``cortex.core.reference.evaluate``), and their largest difference.
+evaluator (``cortex.core.frontend.reference.evaluate``), and their largest difference.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ def run_demo(target: str = "llvm", hidden: int = 256, reps: int = 20, show: int 
              print_fn: Callable[[str], None] = print) -> dict:
     """Compile, run and compare; returns what was printed as data (for tests)."""
     import cortex
-    from cortex.core.reference import evaluate
-    from cortex.core.trace import trace
+    from cortex.core.frontend.reference import evaluate
+    from cortex.core.frontend.trace import trace
     from cortex.data import example_texts, example_vocab, examples
     from cortex.models import TreeLSTM
 

@@ -2,7 +2,7 @@
 
 Pipeline position: host side, before every call. ``cortex.core.linearize.fast`` turns a batch
 of nested tuples of int tokens into marshal records and, for a fixed arity, builds the
-:class:`~cortex.core.structure.LinearizedBatch` from them in about fifty NumPy calls. This
+:class:`~cortex.core.linearize.structure.LinearizedBatch` from them in about fifty NumPy calls. This
 module JIT-compiles (once per process, with the ``llvm`` target's machinery) one native
 function that fills the same arrays in three passes over the records, and installs it with
 ``fast.set_native_nested`` when the llvm backend is created. The core keeps the NumPy path as

@@ -13,7 +13,7 @@ milliseconds, then back off to 50 us sleeps, so back-to-back calls start without
 syscall and an idle process burns no CPU. Calls on one program are serialized by a lock (the
 team has one set of argument slots).
 
-:meth:`CompiledProgram.run` has the interpreter's contract (``cortex.core.interpret.run``):
+:meth:`CompiledProgram.run` has the interpreter's contract (``cortex.core.loopir.interpret.run``):
 ``run(buffers, sizes) -> dict[name, ndarray]`` with read-only buffers taken from ``buffers``
 and output/temp buffers allocated (or taken from ``buffers`` when given, and written in place).
 """
@@ -29,7 +29,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from cortex.core import loopir as ir
-from cortex.core.interpret import eval_shape, np_dtype
+from cortex.core.loopir.interpret import eval_shape, np_dtype
 from cortex.plugins.cpu_llvm import codegen
 from cortex.plugins.cpu_llvm.jit import JitModule, cpu_info
 

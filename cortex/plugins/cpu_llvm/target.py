@@ -10,8 +10,8 @@ import importlib.util
 from importlib import metadata
 from typing import Any, Mapping
 
-from cortex.core.backend import Backend
-from cortex.core.targets import Availability, Target, TargetOption
+from cortex.core.plugin.backend import Backend
+from cortex.core.plugin.targets import Availability, Target, TargetOption
 
 PACKAGE = "llvmlite"  # the Python package code generation needs
 FIX = "pip install 'cortex[llvm]'"

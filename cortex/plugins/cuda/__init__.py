@@ -7,8 +7,8 @@ Pipeline position: codegen + runtime for NVIDIA GPUs: ``target.py`` (options, av
 
 from __future__ import annotations
 
-from cortex.core.hookspecs import hookimpl
-from cortex.core.targets import TargetRegistrar
+from cortex.core.plugin.hookspecs import hookimpl
+from cortex.core.plugin.targets import TargetRegistrar
 from cortex.plugins.cuda import target
 
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable, Mapping
 
-from cortex.core import hostinfo
 from cortex.core import loopir as ir
-from cortex.core.backend import Backend, Renderer, Source
-from cortex.core.render_c import render
+from cortex.core.plugin import hostinfo
+from cortex.core.plugin.backend import Backend, Renderer, Source
+from cortex.core.render.c_family import render
 from cortex.plugins.cuda.compiler import CudaSource, NvccCompiler, resolve_arch
 from cortex.plugins.cuda.device import DeviceInfo, capabilities, nominal_device
 from cortex.plugins.cuda.runtime import CudaRuntime

@@ -1,7 +1,7 @@
 """nvcc: CUDA C source -> a cubin for one GPU architecture, cached on disk and in memory.
 
 Pipeline position: the ``compile`` stage of the ``cuda`` backend, between the core's C-family
-renderer (``render_c.render(program, "cuda")``, carried in a :class:`CudaSource`) and the
+renderer (``c_family.render(program, "cuda")``, carried in a :class:`CudaSource`) and the
 runtime (``runtime.py``), which loads the cubin with the CUDA driver. It needs nvcc only, no GPU:
 this is what the compile-only conformance part runs where there is no driver.
 
@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from cortex.core import hostinfo
 from cortex.core import loopir as ir
-from cortex.core.backend import Compiler, Source
 from cortex.core.errors import CortexError
+from cortex.core.plugin import hostinfo
+from cortex.core.plugin.backend import Compiler, Source
 
 #: Flags every compilation gets. No fast-math: results must match the float64 reference to the
 #: conformance tolerance, and ``tanhf``/``expf`` approximations would eat into it.

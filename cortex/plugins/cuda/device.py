@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from cortex.core import hostinfo
-from cortex.core.capabilities import Capabilities
+from cortex.core.plugin import hostinfo
+from cortex.core.plugin.capabilities import Capabilities
 
 #: The architecture compiled for when ``arch='auto'`` and no GPU is visible (H100/H200).
 FALLBACK_ARCH = "sm_90"

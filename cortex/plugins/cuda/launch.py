@@ -16,7 +16,7 @@ Pipeline position: host side of the ``cuda`` runtime. Before each call the runti
 * **cooperative** — a kernel containing a grid barrier (``kernel_form='single'``: one persistent
   kernel running every level) must be launched cooperatively, and its grid must not exceed the
   blocks that can be co-resident (occupancy per SM x SMs), or the grid barrier would deadlock;
-* **dynamic shared memory** — ``render_c.dynamic_shared_bytes`` (shared arrays above CUDA's
+* **dynamic shared memory** — ``c_family.dynamic_shared_bytes`` (shared arrays above CUDA's
   48 KiB static limit).
 """
 
@@ -28,7 +28,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from cortex.core import loopir as ir
-from cortex.core.render_c import dynamic_shared_bytes, kernel_symbol
+from cortex.core.render.c_family import dynamic_shared_bytes, kernel_symbol
 
 
 class LaunchError(RuntimeError):

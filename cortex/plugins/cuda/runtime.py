@@ -1,6 +1,6 @@
 """The ``cuda`` runtime: device buffers, module loading and the program's host steps.
 
-Pipeline position: the last stage of the ``cuda`` backend. ``cortex.core.executable`` calls
+Pipeline position: the last stage of the ``cuda`` backend. ``cortex.core.runtime.executable`` calls
 ``upload``/``allocate``, then ``launch(cubin, args)`` with every buffer of the program (in
 ``program.buffers`` order) and every size (``program.sizes`` order), then ``synchronize`` and
 ``download``. ``launch`` performs the program's host steps:
@@ -28,9 +28,9 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 
 from cortex.core import loopir as ir
-from cortex.core.backend import Runtime, check_index_values
+from cortex.core.plugin.backend import Runtime, check_index_values
 from cortex.core.errors import TargetNotRunnableError
-from cortex.core.interpret import eval_shape, np_dtype
+from cortex.core.loopir.interpret import eval_shape, np_dtype
 from cortex.plugins.cuda.compiler import Cubin
 from cortex.plugins.cuda.driver import Driver
 from cortex.plugins.cuda.launch import KernelPlan, LaunchConfig, host_launches
@@ -228,7 +228,7 @@ class CompiledProgram:
     """A compiled LoopProgram with the interpreter's calling convention:
     ``run(buffers, sizes)`` takes host arrays (inputs, params and index buffers required;
     outputs/temps optional) and returns every buffer as a host array, like
-    ``cortex.core.interpret.run``. :meth:`keep_on_device` pins arrays (the params) on the
+    ``cortex.core.loopir.interpret.run``. :meth:`keep_on_device` pins arrays (the params) on the
     device so later calls need not pass them again."""
 
     def __init__(self, runtime: CudaRuntime, cubin: Cubin) -> None:

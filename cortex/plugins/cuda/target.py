@@ -12,9 +12,9 @@ import re
 from importlib import metadata
 from typing import Any, Mapping
 
-from cortex.core import hostinfo
-from cortex.core.backend import Backend
-from cortex.core.targets import Availability, Target, TargetOption
+from cortex.core.plugin import hostinfo
+from cortex.core.plugin.backend import Backend
+from cortex.core.plugin.targets import Availability, Target, TargetOption
 
 PACKAGE = "pycuda"  # the Python package launches need
 FIX = "pip install 'cortex[cuda]'"

@@ -6,8 +6,8 @@ scheduling (``backend.py``: print "renderer", identity compiler, interpreter run
 
 from __future__ import annotations
 
-from cortex.core.hookspecs import hookimpl
-from cortex.core.targets import TargetRegistrar
+from cortex.core.plugin.hookspecs import hookimpl
+from cortex.core.plugin.targets import TargetRegistrar
 from cortex.plugins.numpy_ref import target
 
 

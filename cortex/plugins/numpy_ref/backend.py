@@ -3,7 +3,7 @@
 Pipeline position: the last two stages for target ``numpy``. There is no code generation: the
 renderer's "source" is the scheduled program's printed form (what ``dump=`` writes and what the
 cache key hashes), carrying the program itself; the compiler is the identity; the runtime runs
-``cortex.core.interpret.run`` on host NumPy arrays.
+``cortex.core.loopir.interpret.run`` on host NumPy arrays.
 
 Capabilities describe a vector machine without a grid: whole-array NumPy operations stand for
 SIMD lanes (256-bit, so float32 schedules get vector widths 1…8 and the packed weight layout),
@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from cortex.core import interpret
 from cortex.core import loopir as ir
-from cortex.core.backend import Backend, Compiler, HostRuntime, Renderer, Source
-from cortex.core.capabilities import Capabilities
+from cortex.core.loopir import interpret
+from cortex.core.plugin.backend import Backend, Compiler, HostRuntime, Renderer, Source
+from cortex.core.plugin.capabilities import Capabilities
 
 CAPABILITIES = Capabilities(
     has_grid=False,
@@ -75,7 +75,7 @@ class InterpreterRuntime(HostRuntime):
     """Host arrays as device buffers; a launch interprets the whole program (its host steps).
 
     ``launch(program, args)`` takes the program's buffers in ``program.buffers`` order, then
-    its sizes in ``program.sizes`` order (see ``cortex.core.executable``); output and temp
+    its sizes in ``program.sizes`` order (see ``cortex.core.runtime.executable``); output and temp
     buffers are written in place.
     """
 

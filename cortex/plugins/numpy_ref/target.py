@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from cortex.core.backend import Backend
-from cortex.core.targets import Availability, Target, TargetOption
+from cortex.core.plugin.backend import Backend
+from cortex.core.plugin.targets import Availability, Target, TargetOption
 
 OPTIONS: tuple[TargetOption, ...] = ()
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from cortex.core.backend import Backend
+from cortex.core.plugin.backend import Backend
 from cortex.plugins.opencl.compiler import OpenCLCompiler, OpenCLRenderer
 from cortex.plugins.opencl.device import capabilities, device_for
 from cortex.plugins.opencl.runtime import OpenCLRuntime

@@ -4,7 +4,7 @@ Pipeline position: the codegen and compile stages of the ``opencl`` backend.
 
 * :class:`OpenCLRenderer` adds the single-work-group kernel (``forms.with_single_group``) to
   the scheduled per-level program and renders both with the core's C-family renderer in the
-  ``opencl`` dialect (``cortex.core.render_c``; no renderer of its own). The result is an
+  ``opencl`` dialect (``cortex.core.render.c_family``; no renderer of its own). The result is an
   :class:`OpenCLSource`: the OpenCL C text (what ``dump=`` writes and the cache key hashes)
   carrying the program it came from, which the runtime needs for its host steps.
 * :class:`OpenCLCompiler` builds it with pyopencl for the chosen device, once per cache key
@@ -20,13 +20,13 @@ from importlib import metadata
 from typing import Any, Mapping
 
 from cortex.core import loopir as ir
-from cortex.core.backend import Compiler, Renderer, Source
+from cortex.core.plugin.backend import Compiler, Renderer, Source
 from cortex.core.errors import CortexError
-from cortex.core.loopir_verify import verify
-from cortex.core import render_c
-from cortex.core.dialects import get_dialect
-from cortex.core.jam import jam_nodes, weights_to_transpose
-from cortex.core.loop_transforms import change_layout
+from cortex.core.loopir.verify import verify
+from cortex.core.render import c_family as render_c
+from cortex.core.render.dialects import get_dialect
+from cortex.core.lowering.jam import jam_nodes, weights_to_transpose
+from cortex.core.lowering.transforms import change_layout
 from cortex.plugins.opencl import forms
 from cortex.plugins.opencl.device import Device
 from cortex.plugins.opencl.runtime import FORMS, CompiledProgram

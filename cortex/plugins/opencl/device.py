@@ -24,8 +24,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from cortex.core.capabilities import Capabilities
 from cortex.core.errors import TargetNotRunnableError
+from cortex.core.plugin.capabilities import Capabilities
 
 DEVICE_FIX = (
     "install your device's OpenCL driver (ICD), or `pip install pocl-binary-distribution` "

@@ -2,12 +2,12 @@
 
 Pipeline position: the last stage of the ``opencl`` backend. :class:`CompiledProgram` is the
 compiler's artifact. It is called two ways, with the same semantics as the interpreter
-(``cortex.core.interpret.run``):
+(``cortex.core.loopir.interpret.run``):
 
 * ``artifact.run(buffers, sizes) -> {name: ndarray}`` with host NumPy arrays (tests, tools);
-* through :class:`OpenCLRuntime`, the core's :class:`~cortex.core.backend.Runtime`:
+* through :class:`OpenCLRuntime`, the core's :class:`~cortex.core.plugin.backend.Runtime`:
   ``launch(artifact, args)`` with every buffer of the program (in ``program.buffers`` order)
-  then every size, as ``cortex.core.executable`` calls it.
+  then every size, as ``cortex.core.runtime.executable`` calls it.
 
 Memory (no new device allocation in the steady state):
 
@@ -39,10 +39,10 @@ from typing import Any, Mapping
 import numpy as np
 
 from cortex.core import loopir as ir
-from cortex.core.backend import Runtime, check_index_values
 from cortex.core.errors import CortexError
-from cortex.core.interpret import eval_shape, np_dtype
-from cortex.core.loop_transforms import to_layout
+from cortex.core.loopir.interpret import eval_shape, np_dtype
+from cortex.core.lowering.transforms import to_layout
+from cortex.core.plugin.backend import Runtime, check_index_values
 from cortex.plugins.opencl import forms
 from cortex.plugins.opencl.device import Device
 
@@ -419,7 +419,7 @@ class CompiledProgram:
 
 
 def _symbol(program: ir.Program, kernel: str) -> str:
-    from cortex.core.render_c import kernel_symbol
+    from cortex.core.render.c_family import kernel_symbol
 
     return kernel_symbol(program, kernel)
 

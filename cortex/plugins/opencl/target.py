@@ -11,9 +11,9 @@ import re
 from importlib import metadata
 from typing import Any, Mapping
 
-from cortex.core import hostinfo
-from cortex.core.backend import Backend
-from cortex.core.targets import Availability, Target, TargetOption
+from cortex.core.plugin import hostinfo
+from cortex.core.plugin.backend import Backend
+from cortex.core.plugin.targets import Availability, Target, TargetOption
 
 PACKAGE = "pyopencl"  # the Python package code generation needs
 FIX = "pip install 'cortex[opencl]'"

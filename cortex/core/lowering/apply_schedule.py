@@ -1,0 +1,289 @@
+"""Applying a Schedule's knobs to a freshly lowered LoopProgram.
+
+Pipeline position: inside :func:`cortex.core.lowering.lower.lower`. The recursion lowering builds each
+loop nest serial and hands it to :func:`schedule_nest` (the per-nest knobs: unroll, tile,
+vector width, hidden parallelism — applied to a one-kernel program holding just that nest, so
+the cost is linear in the program); it builds the node loops with :func:`node_loop_kind`; and it
+finally calls :func:`apply_schedule` for the program-wide knobs (layouts, persistence, threads)
+and the notes. Everything is done with the pure primitives of ``cortex.core.lowering.transforms``:
+
+=====================  =====================================================================
+``weight_layout``      ``change_layout`` on every 2-D GEMV weight (packed: blocks of
+                       ``vector_width`` rows; a weight whose rows do not divide is left alone)
+``unroll``             ``unroll_reduce`` on every GEMV reduction whose trip count it divides
+``tile_hidden``        ``split`` of each hidden loop longer than the tile
+``vector_width``       the innermost hidden part becomes a ``vectorized`` loop of that width
+                       (a multi-axis nest: its last, contiguous axis; a vector nest: the rows)
+``parallel``           nodes / hidden / both -> ``parallel`` (CPU) or ``gpu_group`` (nodes) and
+                       ``gpu_thread`` (hidden) on a grid target
+``persistent``         grid targets with enough shared memory: ``cache`` of the weights in
+                       shared memory at kernel start; elsewhere a no-op (noted)
+``threads``            ``Kernel.threads_per_group`` on a grid target; CPU: the runtime's
+                       thread count (noted, no program change)
+``reduce_lanes``       on a target with warp shuffles, a nest whose hidden loop runs
+                       ``gpu_thread`` gets lane groups (``For.lanes``) and its GEMV reductions
+                       the same ``Reduce.lanes`` (0 = auto: ``threads //`` the loop's trip
+                       count, rounded down to a power of two, at most the warp size)
+=====================  =====================================================================
+
+``kernel_form``, ``leaf_specialization`` and ``fuse`` shape the program while it is built
+(``lower`` / ``cases``). Knobs that cannot apply are no-ops and say so in the notes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields, replace
+from typing import TYPE_CHECKING
+
+from cortex.core import loopir as ir
+from cortex.core.lowering import transforms as lt
+from cortex.core.lowering.schedule import Schedule
+from cortex.core.plugin.capabilities import Capabilities
+
+if TYPE_CHECKING:
+    from cortex.core.lowering.cases import LowerContext
+
+
+def _itemsize(dtype: str) -> int:
+    return 4 if dtype == "float32" else 8
+
+
+def apply_schedule(program: ir.Program, s: Schedule, caps: Capabilities,
+                   ctx: "LowerContext") -> tuple[ir.Program, list[str]]:
+    notes: list[str] = []
+    names = ctx.names
+    grid = caps.has_grid
+
+    # weight layouts
+    if s.weight_layout != "row_major":
+        changed, skipped = [], []
+        for w in sorted(ctx.weights):
+            b = program.buffer(w)
+            rows = ir.const_int(b.shape[0])
+            if s.weight_layout == "packed":
+                if rows is None or rows % s.vector_width:
+                    skipped.append(w)
+                    continue
+                program = lt.change_layout(program, w, "packed", s.vector_width)
+            else:
+                program = lt.change_layout(program, w, s.weight_layout)
+            changed.append(w)
+        notes.append(f"weight_layout={s.weight_layout}: applied to {changed or 'no weights'}"
+                     + (f"; left row-major (rows not a multiple of {s.vector_width}): {skipped}" if skipped else ""))
+
+    if s.unroll > 1:
+        notes.append(f"unroll={s.unroll}: {ctx.stats.get('unrolled', 0)} GEMV reductions unrolled"
+                     + (f", {ctx.stats['not_unrolled']} left (trip count not a multiple)"
+                        if ctx.stats.get("not_unrolled") else ""))
+    hidden_kind = "gpu_thread" if grid else "parallel"
+    node_kind = "gpu_group" if grid else "parallel"
+    par_hidden = s.parallel in ("hidden", "both")
+    par_nodes = s.parallel in ("nodes", "both")
+    n_hidden = ctx.stats.get("hidden", 0)
+    if s.tile_hidden:
+        notes.append(f"tile_hidden={s.tile_hidden}: {ctx.stats.get('tiled', 0)} of {n_hidden} hidden loops split")
+    if s.vector_width > 1:
+        notes.append(f"vector_width={s.vector_width}: {ctx.stats.get('vectorized', 0)} of {n_hidden} hidden loops vectorized")
+    notes.append(f"parallel={s.parallel}: nodes -> {node_kind if par_nodes else 'serial'}, "
+                 f"hidden -> {hidden_kind if par_hidden else 'serial'}")
+
+    # persistence
+    if s.persistent:
+        nbytes = sum(_nbytes(program.buffer(w)) for w in ctx.weights)
+        if grid and ctx.weights and 0 < nbytes <= caps.shared_memory_bytes and s.kernel_form == "single":
+            for w in sorted(ctx.weights):
+                program = lt.cache(program, w, "shared")
+            notes.append(f"persistent: {sorted(ctx.weights)} ({nbytes} bytes) cached in shared memory")
+        elif grid:
+            notes.append(f"persistent ignored: weights need {nbytes} bytes of shared memory, "
+                         f"target has {caps.shared_memory_bytes} per group (or kernel_form is per_level)")
+        else:
+            notes.append("persistent: CPU caches keep the weights resident; no program change")
+
+    if grid and caps.warp_size > 0:
+        if ctx.stats.get("lane_nests"):
+            notes.append(f"reduce_lanes={s.reduce_lanes}: {ctx.stats['lane_nests']} nests run each hidden unit on "
+                         f"lane groups of {_span(ctx.stats['lanes_min'], ctx.stats['lanes_max'])} threads, their GEMV "
+                         "sums combined by warp shuffles")
+        else:
+            notes.append(f"reduce_lanes={s.reduce_lanes}: no nest uses lane groups (one thread per hidden unit)")
+
+    # threads
+    if grid:
+        program = replace(program, kernels=tuple(replace(k, threads_per_group=s.threads) for k in program.kernels))
+        notes.append(f"threads={s.threads} per group")
+    else:
+        notes.append(f"threads={s.threads}: CPU worker threads (runtime setting)")
+    return program, notes
+
+
+def schedule_nest(stmt: ir.Stmt, var: str, extent: int, reduces: list[tuple[str, int]],
+                  s: Schedule, caps: Capabilities, ctx: "LowerContext") -> ir.Stmt:
+    """Apply the per-nest knobs (unroll, tile_hidden, vector_width, hidden parallelism) to one
+    loop nest whose outermost tensor loop is ``var``. The primitives run on a one-kernel program
+    holding just this nest, so scheduling costs O(nest), not O(program), per loop."""
+    prog = ir.Program("nest", (), (), (ir.Kernel("nest", (), stmt),), ())
+    stats, names = ctx.stats, ctx.names
+    stats["hidden"] = stats.get("hidden", 0) + 1
+    if s.unroll > 1:
+        prog = _unroll_reductions(prog, {k for k, trip in reduces if trip % s.unroll == 0}, s.unroll)
+        done = sum(1 for _, trip in reduces if trip % s.unroll == 0)
+        stats["unrolled"] = stats.get("unrolled", 0) + done
+        stats["not_unrolled"] = stats.get("not_unrolled", 0) + len(reduces) - done
+    outer, target, target_extent = var, var, extent
+    if s.tile_hidden and extent > s.tile_hidden:
+        jo, jt = names.fresh(f"{var}o"), names.fresh(f"{var}t")
+        prog = lt.split(prog, var, s.tile_hidden, outer=jo, inner=jt)
+        outer, target, target_extent = jo, jt, s.tile_hidden
+        stats["tiled"] = stats.get("tiled", 0) + 1
+    whole_vector = False  # the loop itself became the vector: nothing left to run in parallel
+    inner = _innermost_loop(stmt)
+    if s.vector_width > 1 and inner is not None and inner.var != var:
+        # a matrix nest (matmul, a matrix state's copy): its last axis is the contiguous one
+        # (rows of the state and of the right operand), so the lanes run along it and every
+        # access is a vector load/store; vectorizing the row loop made each lane a row apart
+        # (gathers/scatters, and a nested loop the SIMD emitter does not take)
+        trip = ir.const_int(inner.stop - inner.start)
+        if trip is not None and trip >= s.vector_width and trip % s.vector_width == 0:
+            stats["vectorized"] = stats.get("vectorized", 0) + 1
+            if trip == s.vector_width:
+                prog = lt.annotate(prog, inner.var, "vectorized")
+            else:
+                prog = lt.split(prog, inner.var, s.vector_width, outer=names.fresh(f"{inner.var}w"),
+                                inner=names.fresh(f"{inner.var}v"), inner_kind="vectorized")
+            target_extent = 0  # done: the row loop stays scalar
+    if s.vector_width > 1 and target_extent >= s.vector_width and _rows_apart(stmt, var, ctx.weights):
+        # lanes a row apart in node data (MV-RNN's ``sum_k M[child, j, k] * h[k]``): every
+        # lane would be a separate scalar load; the row loop stays scalar, its reductions run
+        # along the contiguous axis
+        stats["not_vectorized_rows"] = stats.get("not_vectorized_rows", 0) + 1
+        target_extent = 0
+    if s.vector_width > 1 and target_extent >= s.vector_width:
+        stats["vectorized"] = stats.get("vectorized", 0) + 1
+        if target_extent == s.vector_width:
+            prog = lt.annotate(prog, target, "vectorized")
+            whole_vector = outer == target
+        else:
+            vo, vi = names.fresh(f"{var}w"), names.fresh(f"{var}v")
+            prog = lt.split(prog, target, s.vector_width, outer=vo, inner=vi, inner_kind="vectorized")
+            if outer == target:
+                outer = vo
+    if s.parallel in ("hidden", "both") and not whole_vector:
+        prog = lt.annotate(prog, outer, "gpu_thread" if caps.has_grid else "parallel")
+        if caps.has_grid and caps.warp_size > 0 and s.reduce_lanes != 1 and reduces:
+            trip = -(-extent // s.tile_hidden) if outer != var else extent
+            lanes = reduce_lanes_for(s, caps, trip)
+            if lanes > 1:
+                body = with_lanes(prog.kernels[0].body, outer, {k for k, _ in reduces}, lanes)
+                stats["lane_nests"] = stats.get("lane_nests", 0) + 1
+                stats["lanes_min"] = min(stats.get("lanes_min", lanes), lanes)
+                stats["lanes_max"] = max(stats.get("lanes_max", lanes), lanes)
+                return body
+    return prog.kernels[0].body
+
+
+def _rows_apart(stmt: ir.Stmt, var: str, weights: set[str]) -> bool:
+    """Does a reduction in the nest read a non-weight buffer (node data, which keeps its
+    layout) at the hidden variable ``var`` in a leading index and the reduction variable in
+    the last one? Lanes along ``var`` would then be a whole row apart."""
+    for r in ir.walk(stmt):
+        if not isinstance(r, ir.Reduce):
+            continue
+        for ld in ir.walk(r.body):
+            if not isinstance(ld, ir.Load) or ld.buffer in weights or len(ld.index) < 2:
+                continue
+            last = ld.index[-1]
+            lead = ld.index[:-1]
+            if last == ir.Var(r.var) and any(any(isinstance(m, ir.Var) and m.name == var for m in ir.walk(x))
+                                              for x in lead):
+                return True
+    return False
+
+
+def _innermost_loop(stmt: ir.Stmt) -> ir.For | None:
+    """The innermost loop of a perfect nest ``for j0: for j1: ... body`` (lets allowed between)."""
+    last = None
+    while isinstance(stmt, (ir.For, ir.Let)):
+        if isinstance(stmt, ir.For):
+            last = stmt
+        stmt = stmt.body
+    return last
+
+
+def reduce_lanes_for(s: Schedule, caps: Capabilities, trip: int) -> int:
+    """Lanes per output row for a ``gpu_thread`` loop of ``trip`` iterations under
+    ``s.reduce_lanes`` (0: auto, the largest power of two <= ``threads // trip``, so a group's
+    threads are all busy; never above the warp size)."""
+    if s.reduce_lanes:
+        return min(s.reduce_lanes, caps.warp_size)
+    lanes = 1
+    while lanes * 2 <= min(caps.warp_size, s.threads // max(1, trip)):
+        lanes *= 2
+    return lanes
+
+
+def with_lanes(stmt: ir.Stmt, loop: str, keys: set[str], lanes: int) -> ir.Stmt:
+    """``stmt`` with the ``gpu_thread`` loop ``loop`` run by lane groups of ``lanes`` threads and
+    each reduction over a var in ``keys`` inside it (the outermost ones, not a reduction nested
+    in another of them) split over those lanes."""
+
+    def reduces(n: ir.Node) -> ir.Node:
+        if isinstance(n, ir.Reduce) and n.var in keys:
+            return replace(n, lanes=lanes)
+        changes = {}
+        for f in fields(n):  # type: ignore[arg-type]
+            v = getattr(n, f.name)
+            if isinstance(v, ir.Node):
+                nv = reduces(v)
+            elif isinstance(v, tuple) and any(isinstance(x, ir.Node) for x in v):
+                nv = tuple(reduces(x) if isinstance(x, ir.Node) else x for x in v)
+                if all(a is b for a, b in zip(nv, v)):
+                    continue
+            else:
+                continue
+            if nv is not v:
+                changes[f.name] = nv
+        return replace(n, **changes) if changes else n  # type: ignore[type-var]
+
+    def f(n: ir.Node) -> ir.Node | None:
+        if isinstance(n, ir.For) and n.var == loop:
+            return replace(n, lanes=lanes, body=reduces(n.body))
+        return None
+
+    return ir.transform(stmt, f)  # type: ignore[return-value]
+
+
+def _unroll_reductions(prog: ir.Program, keys: set[str], factor: int) -> ir.Program:
+    """``unroll_reduce`` on each GEMV reduction of ``keys``, each applied to a one-statement
+    program holding just that reduction (so the cost is the reduction's size, not the nest's)."""
+    if not keys:
+        return prog
+
+    def f(n: ir.Node) -> ir.Node | None:
+        if isinstance(n, ir.Reduce) and n.var in keys:
+            mini = ir.Program("r", (), (), (ir.Kernel("r", (), ir.Store("r", (), n)),), ())
+            return lt.unroll_reduce(mini, n.var, factor).kernels[0].body.value  # type: ignore[attr-defined]
+        return None
+
+    return replace(prog, kernels=tuple(replace(k, body=ir.transform(k.body, f)) for k in prog.kernels))
+
+
+def node_loop_kind(s: Schedule, caps: Capabilities) -> str:
+    """How the loops over the nodes of a level run under ``s.parallel``."""
+    if s.parallel in ("nodes", "both"):
+        return "gpu_group" if caps.has_grid else "parallel"
+    return "serial"
+
+
+def _nbytes(b: ir.Buffer) -> int:
+    n = _itemsize(b.dtype)
+    for d in b.shape:
+        c = ir.const_int(d)
+        if c is None:
+            return 0
+        n *= c
+    return n
+
+
+def _span(lo: int, hi: int) -> str:
+    return str(lo) if lo == hi else f"{lo}..{hi}"

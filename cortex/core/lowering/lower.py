@@ -1,0 +1,412 @@
+"""Recursion lowering: RecursiveGraph + Schedule -> a scheduled, verified LoopProgram.
+
+Pipeline position: after the graph passes, before code generation. ``cortex.compile`` calls
+:func:`lower` with the passed graph, the schedule and the target's capabilities; backends render
+``Lowered.program`` and use ``prepare_params`` / ``bind_batch`` / ``states`` to move data in and
+out. The numpy target runs it on ``cortex.core.loopir.interpret``.
+
+What it produces (the paper's ILIR; see ``docs/lowering.md``):
+
+* **Buffers** — one ``param`` buffer per param / derived param the graph reads (names made
+  identifiers: ``stack[W_i,W_o]`` -> ``W_stack``; ``Lowered.param_names`` maps them), the
+  per-node inputs (``word_ids`` int32 [N] or ``features`` [N, F]), the linearizer's index arrays
+  with their value-range facts (``level_offsets``, ``child_offsets``, ``child_ids`` and, for
+  fixed arity k, ``child_table`` [N, k]), one ``output`` buffer per state ``[N, *shape]`` and the
+  ``temp`` buffers of materialized intermediates. Sizes ``N``, ``E``, ``L``, ``NL``.
+* **Host structure** — leaves first (nodes ``0..NL``, the leaf case, its own loop nest: leaf
+  specialization), then levels ``1..L-1`` (the internal case over
+  ``level_offsets[l]..level_offsets[l+1]``: level batching). A graph with a ``preterminal`` case
+  (``cortex.core.passes.preterminal``) runs it on level 1 and the internal case from level 2;
+  such a program declares ``L >= 2`` and ``bind_batch`` gives a batch of single leaves an empty
+  level 1. Without leaf specialization one node
+  loop runs every level ``0..L-1`` with a per-node branch on the node's child count.
+  ``kernel_form="per_level"``: a host loop launches one kernel per level; ``"single"``: one
+  kernel holds the level loop (with a grid barrier between levels on a grid target).
+* **Per node** — ``cortex.core.lowering.cases``: fused loop nests (GEMV + bias + epilogue), indirect
+  child access, child reductions over CSR ranges.
+* **Schedule** — ``cortex.core.lowering.apply_schedule`` applies the knobs with the schedule primitives.
+  Knobs that do not apply are no-ops, recorded in ``Lowered.notes``.
+
+The result is verified (``loopir.verify.verify`` with the target's capabilities): every index is
+proved within its buffer given the linearizer's guarantees, which :meth:`Lowered.bind_batch`
+re-checks for the facts the model adds (arity, token ids within the vocabulary).
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Mapping
+
+import numpy as np
+
+from cortex.core import loopir as ir
+from cortex.core.errors import CortexError
+from cortex.core.plugin.capabilities import Capabilities
+from cortex.core.frontend.graph import RecursiveGraph, verify as verify_graph
+from cortex.core.lowering.transforms import physical_arrays
+from cortex.core.loopir import Const, Load, Var
+from cortex.core.loopir.verify import verify
+from cortex.core.lowering.cases import CaseLowering, LowerContext, LoweringError, NameGen
+from cortex.core.lowering.apply_schedule import apply_schedule, node_loop_kind, schedule_nest
+from cortex.core.frontend.params import bind_params
+from cortex.core.lowering.schedule import Schedule
+from cortex.core.linearize.structure import INDEX_DTYPE, BatchTypeError, LinearizedBatch
+
+if TYPE_CHECKING:
+    from cortex.core.runtime.token_tables import TokenTables
+
+__all__ = ["Lowered", "lower", "LoweringError", "BatchMismatchError"]
+
+_C_RESERVED = set(keyword.kwlist) | {
+    "int", "float", "double", "char", "void", "const", "restrict", "return", "if", "else", "for",
+    "while", "do", "switch", "case", "default", "break", "continue", "struct", "union", "long",
+    "short", "unsigned", "signed", "static", "extern", "sizeof", "typedef", "goto", "volatile",
+    "inline", "auto", "register", "enum", "bool", "half", "kernel", "global", "local", "shared",
+    "private", "constant", "main", "exp", "log", "tanh", "sqrt", "fabs", "fmax", "fmin", "fma",
+}
+# macros of <math.h> / <stdlib.h> / CUDA headers a buffer name must not collide with (MV-RNN's
+# word matrices are called M_E, which math.h defines as the constant e)
+_C_MACROS = {
+    "M_E", "M_LOG2E", "M_LOG10E", "M_LN2", "M_LN10", "M_PI", "M_PI_2", "M_PI_4", "M_1_PI",
+    "M_2_PI", "M_2_SQRTPI", "M_SQRT2", "M_SQRT1_2", "INFINITY", "NAN", "HUGE_VAL", "HUGE_VALF",
+    "NULL", "EOF", "RAND_MAX", "EXIT_SUCCESS", "EXIT_FAILURE", "FLT_MAX", "DBL_MAX", "FLT_MIN",
+    "DBL_MIN", "FLT_EPSILON", "DBL_EPSILON", "MAXFLOAT", "CHAR_BIT", "INT_MAX", "INT_MIN",
+    "errno", "assert", "threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize",
+}
+INDEX_BUFFERS = ("level_offsets", "child_offsets", "child_ids", "child_table", "word_ids", "features")
+SIZE_NAMES = ("N", "E", "L", "NL")
+
+
+class BatchMismatchError(CortexError, ValueError):
+    """A LinearizedBatch does not fit the lowered model (arity, token ids, features)."""
+
+
+@dataclass(frozen=True)
+class Lowered:
+    graph: RecursiveGraph  # the graph that was lowered (after graph passes)
+    program: ir.Program  # the scheduled LoopProgram (verified)
+    schedule: Schedule
+    dtype: str  # "float32" | "float64": the compute/storage float type
+    param_names: tuple[tuple[str, str], ...] = ()  # graph param name -> buffer name
+    state_names: tuple[tuple[str, str], ...] = ()  # state name -> output buffer name
+    notes: tuple[str, ...] = field(default=())  # schedule decisions: applied / ignored and why
+
+    def prepare_params(self, params: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Once per executable: the model's params (+ derived params via params.bind_params),
+        cast to dtype, in the schedule's weight layouts, keyed by program buffer name."""
+        return self.layout_params(bound_params(self.graph, params, self.dtype))
+
+    def layout_params(self, table: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The second step of :meth:`prepare_params`: :func:`bound_params`'s table in the
+        schedule's weight layouts, keyed by program buffer name."""
+        logical = {buf: np.ascontiguousarray(table[name]) for name, buf in self.param_names}
+        return physical_arrays(self.program, logical)
+
+    def bind_batch(self, batch: LinearizedBatch) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+        """Per call: index/input buffers from the batch (int32) and the size symbols
+        (N, E, L, NL). Output/state buffers are NOT included (the runtime allocates them
+        from program.buffers + sizes)."""
+        return _bind_batch(self, batch)
+
+    def states(self, buffers: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The model's per-node states from the program's output buffers: {state: [N, *shape]}."""
+        return {s: buffers[buf] for s, buf in self.state_names}
+
+
+def bound_params(graph: RecursiveGraph, params: Mapping[str, np.ndarray], dtype: str) -> dict[str, np.ndarray]:
+    """The params a program lowered from ``graph`` reads (its own and derived ones), in
+    ``dtype``; the first step of :meth:`Lowered.prepare_params`, which needs only the graph (the
+    pipeline starts it while it lowers). Derived params (stacked gates, embedding x weight
+    tables, leaf-state tables) are computed in the compile dtype: in float32 that is what the
+    kernel would compute from the unhoisted params, within the float32 conformance tolerance of
+    the float64 reference, at half the time and memory of a float64 product."""
+    dt = np.dtype(dtype)
+    return bind_params(graph, params, dtype=dt, compute_dtype=dt, only=set(_used_params(graph)))
+
+
+def bound_params_deferred(graph: RecursiveGraph, params: Mapping[str, np.ndarray],
+                          dtype: str) -> tuple[dict[str, np.ndarray], "TokenTables | None"]:
+    """:func:`bound_params` with the token tables as zero pages, and the
+    :class:`~cortex.core.runtime.token_tables.TokenTables` that fills their rows on first use (None
+    when the graph has none): for a host runtime, which reads the arrays in place."""
+    from cortex.core.runtime.token_tables import bind_deferred
+
+    return bind_deferred(graph, params, dtype, only=set(_used_params(graph)))
+
+
+def lower(graph: RecursiveGraph, schedule: Schedule, capabilities: Capabilities,
+          dtype: str = "float32") -> Lowered:
+    """Lower ``graph`` under ``schedule`` for a target with ``capabilities``; verified."""
+    if dtype not in ir.FLOAT_DTYPES:
+        raise LoweringError(f"dtype must be 'float32' or 'float64', got {dtype!r}")
+    if not isinstance(schedule, Schedule):
+        raise TypeError(f"schedule must be a cortex.core.lowering.schedule.Schedule, got {type(schedule).__name__}")
+    verify_graph(graph)
+    caps = capabilities
+    names = NameGen(set(SIZE_NAMES) | set(INDEX_BUFFERS) | _C_RESERVED | _C_MACROS | {"l", "lh", "u", "v", "w"})
+    state_buf = {s.name: _ident(names, s.name) for s in graph.states}
+    used_params = _used_params(graph)
+    derived = {d.name: d for d in graph.derived}
+    param_buf = {p: _ident(names, _param_base(p, derived)) for p in used_params}
+    input_buf = {}
+    for inp in graph.node_inputs:
+        input_buf[inp.name] = "word_ids" if inp.kind == "word" else "features"
+    if len([i for i in graph.node_inputs if i.kind == "features"]) > 1 or len(
+        [i for i in graph.node_inputs if i.kind == "word"]) > 1:
+        raise LoweringError(f"graph {graph.name!r}: at most one word input and one feature input are supported")
+    ctx = LowerContext(
+        graph=graph, dtype=dtype, names=names, param_buf=param_buf, state_buf=state_buf,
+        input_buf=input_buf, fuse=schedule.fuse,
+        group_barrier=caps.has_grid and caps.group_barrier,
+    )
+    ctx.schedule_nest = lambda stmt, var, extent, reduces: schedule_nest(stmt, var, extent, reduces, schedule, caps, ctx)
+    leaf = CaseLowering(ctx, graph.case("leaf"), "l")
+    internal = CaseLowering(ctx, graph.case("internal"), "n")
+    has_pre = schedule.leaf_specialization and any(c.name == "preterminal" for c in graph.cases)
+    pre = CaseLowering(ctx, graph.case("preterminal"), "p") if has_pre else None
+
+    N, L, NL = Var("N"), Var("L"), Var("NL")
+    lvl = Var("l")
+
+    def node_range(level: ir.Expr) -> tuple[ir.Expr, ir.Expr]:
+        return Load("level_offsets", (level,)), Load("level_offsets", (level + 1,))
+
+    u, v = Var("u"), Var("v")
+    nk = node_loop_kind(schedule, caps)  # the node loops are built with their parallel kind
+    if schedule.leaf_specialization:
+        leaf_loop: ir.Stmt | None = ir.For("u", 0, NL, leaf.emit(u), nk)
+        first = 2 if pre is not None else 1
+
+        def level_body(level: ir.Expr) -> ir.Stmt:
+            lo, hi = node_range(level)
+            return ir.For("v", lo, hi, internal.emit(v), nk)
+    else:
+        leaf_loop = None
+        first = 0
+        leaf_body = leaf.emit(v)
+        internal_body = internal.emit(v)
+
+        def level_body(level: ir.Expr) -> ir.Stmt:
+            lo, hi = node_range(level)
+            is_leaf = ir.eq(Load("child_offsets", (v + 1,)), Load("child_offsets", (v,)))
+            return ir.For("v", lo, hi, ir.If(is_leaf, leaf_body, internal_body), nk)
+
+    def pre_loop() -> ir.Stmt:  # level 1 only: every child a leaf
+        assert pre is not None
+        lo, hi = node_range(Const(1))
+        return ir.For("w", lo, hi, pre.emit(Var("w")), nk)
+
+    grid = caps.has_grid
+    notes: list[str] = []
+    form = schedule.kernel_form
+    if form == "single" and grid and not caps.grid_barrier:
+        notes.append("kernel_form=single needs a grid barrier this target lacks: used per_level")
+        form = "per_level"
+    if form == "single":
+        parts: list[ir.Stmt] = []
+        if leaf_loop is not None:
+            parts.append(leaf_loop)
+            if grid:
+                parts.append(ir.Barrier("grid"))
+        if pre is not None:
+            parts.append(pre_loop())
+            if grid:
+                parts.append(ir.Barrier("grid"))
+        level_parts = [level_body(lvl)] + ([ir.Barrier("grid")] if grid else [])
+        parts.append(ir.For("l", first, L, ir.seq(*level_parts)))
+        kernels: tuple[ir.Kernel, ...] = (ir.Kernel("main", (), ir.seq(*parts)),)
+        host: tuple = (ir.Launch("main"),)
+    else:
+        kernels = (ir.Kernel("level", ("l",), level_body(lvl)),)
+        host = (ir.HostFor("lh", first, L, (ir.Launch("level", (Var("lh"),)),)),)
+        if pre is not None:
+            kernels = (ir.Kernel("preterminal", (), pre_loop()),) + kernels
+            host = (ir.Launch("preterminal"),) + host
+        if leaf_loop is not None:
+            kernels = (ir.Kernel("leaves", (), leaf_loop),) + kernels
+            host = (ir.Launch("leaves"),) + host
+
+    # a level-1 loop reads level_offsets[2]: such a program has at least two levels
+    sizes = (ir.Size("N"), ir.Size("E"), ir.Size("L", lo=2 if pre is not None else 0), ir.Size("NL", hi=N))
+    buffers = _index_buffers(graph, dtype) + tuple(
+        ir.Buffer(param_buf[p], dtype, _param_shape(graph, p), "param") for p in used_params
+    ) + tuple(
+        ir.Buffer(state_buf[s.name], dtype, (N,) + s.shape, "output") for s in graph.states
+    ) + tuple(ctx.temps)
+    program = ir.Program(_ident(NameGen(set()), graph.name.lower()), sizes, buffers, kernels, host)
+    program = ir.simplify(program)  # type: ignore[assignment]
+    program, sched_notes = apply_schedule(program, schedule, caps, ctx)
+    notes.extend(sched_notes)
+    verify(program, caps)
+    return Lowered(
+        graph=graph, program=program, schedule=schedule, dtype=dtype,
+        param_names=tuple((p, param_buf[p]) for p in used_params),
+        state_names=tuple((s.name, state_buf[s.name]) for s in graph.states),
+        notes=tuple(notes),
+    )
+
+
+# ---------------------------------------------------------------------------------- helpers
+
+
+def _ident(names: NameGen, raw: str) -> str:
+    """A C identifier for a graph name (params may be 'stack[W_i,W_o]'), unique in the program."""
+    base = re.sub(r"[^0-9A-Za-z_]+", "_", raw).strip("_") or "p"
+    if base[0].isdigit():
+        base = "p_" + base
+    if base in _C_MACROS or re.match(r"M_[A-Z0-9_]+$", base) and base.upper() == base:
+        base = base + "_"  # math.h's M_* constants and other macros: keep the name, dodge the macro
+    return names.fresh(base)
+
+
+def _param_base(name: str, derived: dict) -> str:
+    """A short readable name: derived params are named after their first argument's stem and
+    recipe (``stack[U_i,U_o,U_u]`` -> ``U_stack``, ``embed_linear[E,...]`` -> ``E_proj``,
+    ``leaf_state[h]`` -> ``leaf_h``, ``embed_linear[leaf_state[h],...]`` -> ``leaf_h_proj``)."""
+    d = derived.get(name)
+    if d is None:
+        return name
+    if d.recipe == "leaf_state":  # leaf_state[h] -> leaf_h
+        return f"leaf_{d.attr('state')}"
+    stem = _param_base(d.args[0], derived)
+    if derived.get(d.args[0]) is None or derived[d.args[0]].recipe != "leaf_state":
+        stem = stem.split("_")[0]  # leaf_h's projection stays leaf_h_proj
+    return f"{stem}_{'stack' if d.recipe == 'concat0' else 'proj'}"
+
+
+def _used_params(graph: RecursiveGraph) -> list[str]:
+    seen: list[str] = []
+    for case in graph.cases:
+        for v in case.values:
+            if v.op == "param" and v.attr("name") not in seen:
+                seen.append(v.attr("name"))
+    return seen
+
+
+def _param_shape(graph: RecursiveGraph, name: str) -> tuple[int, ...]:
+    return graph.param_specs()[name].shape
+
+
+def _index_buffers(graph: RecursiveGraph, dtype: str) -> tuple[ir.Buffer, ...]:
+    N, L, E = Var("N"), Var("L"), Var("E")
+    out = [
+        ir.Buffer("level_offsets", "int32", (L + 1,), "index", (Const(0), N), monotone=True),
+        ir.Buffer("child_offsets", "int32", (N + 1,), "index", (Const(0), E), monotone=True),
+        ir.Buffer("child_ids", "int32", (E,), "index", (Const(0), N - 1)),
+    ]
+    if graph.arity is not None:
+        out.append(ir.Buffer("child_table", "int32", (N, graph.arity), "index", (Const(-1), N - 1)))
+    for inp in graph.node_inputs:
+        if inp.kind == "word":
+            out.append(ir.Buffer("word_ids", "int32", (N,), "index", (Const(-1), Const(int(inp.vocab) - 1))))
+        else:
+            out.append(ir.Buffer("features", dtype, (N, inp.shape[0]), "input"))
+    return tuple(out)
+
+
+def _reads_input(graph: RecursiveGraph, case: str, name: str) -> bool:
+    return any(v.op == "input" and v.attr("name") == name for v in graph.case(case).values)
+
+
+@dataclass(frozen=True)
+class _BindPlan:
+    """What ``bind_batch`` checks and converts, worked out once per Lowered (not per call)."""
+
+    arity: int | None
+    # (input name, vocab size, the cases that read it: "leaf" and/or "internal")
+    word: tuple[str, int, tuple[str, ...]] | None
+    features: tuple[str, tuple[int, ...]] | None
+    dtype: np.dtype
+    min_levels: int  # the program's least L: a batch with fewer levels gets empty ones appended
+
+
+def _plan_of(low: Lowered) -> _BindPlan:
+    plan = low.__dict__.get("_bind_plan")
+    if plan is None:
+        g = low.graph
+        word = features = None
+        for inp in g.node_inputs:
+            if inp.kind == "word":
+                parts = tuple(case for case in ("leaf", "internal")
+                              if _reads_input(g, case, inp.name))
+                word = (inp.name, int(inp.vocab), parts)
+            else:
+                features = (inp.name, tuple(inp.shape))
+        min_levels = next(s.lo for s in low.program.sizes if s.name == "L")
+        plan = _BindPlan(g.arity, word, features, np.dtype(low.dtype), min_levels)
+        low.__dict__["_bind_plan"] = plan  # a cache on the frozen dataclass (not a field)
+    return plan
+
+
+def _bind_batch(low: Lowered, batch: LinearizedBatch) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+    if not isinstance(batch, LinearizedBatch):
+        raise BatchTypeError(f"bind_batch needs a LinearizedBatch, got {type(batch).__name__}")
+    plan = _plan_of(low)
+    n = int(batch.num_nodes)
+    lo = np.ascontiguousarray(batch.level_offsets, dtype=INDEX_DTYPE)
+    nl = lo.item(1) if len(lo) > 1 else 0
+    co = np.ascontiguousarray(batch.child_offsets, dtype=INDEX_DTYPE)
+    e = len(batch.child_ids)
+    k = plan.arity
+    table = batch.child_table
+    if k is not None:
+        # every internal node has exactly k children. O(1) when the table is k wide: no node
+        # has more than the table's width (an invariant), so k * (internal count) children
+        # means k each; anything else is checked node by node (and named)
+        if not (table.shape[1] == k and co.item(n) - co.item(nl) == k * (n - nl)):
+            arity = np.diff(co.astype(np.int64))
+            bad = np.nonzero(arity[nl:] != k)[0]
+            if len(bad):
+                node = nl + int(bad[0])
+                raise BatchMismatchError(
+                    f"model {low.graph.name!r} has fixed arity {k}, but internal node {node} "
+                    f"has {int(arity[node])} children; linearize with arity={k}"
+                )
+    bufs: dict[str, np.ndarray] = {
+        "level_offsets": lo,
+        "child_offsets": co,
+        # E may be 0 (only leaves): keep one padding entry so no buffer is empty
+        "child_ids": np.ascontiguousarray(batch.child_ids, dtype=INDEX_DTYPE) if e
+        else np.zeros(1, dtype=INDEX_DTYPE),
+    }
+    if k is not None:
+        if table.shape == (n, k) and table.dtype == INDEX_DTYPE and table.flags.c_contiguous:
+            bufs["child_table"] = table  # already the [N, k] int32 table (read-only is fine)
+        else:
+            padded = np.full((n, k), -1, dtype=INDEX_DTYPE)
+            w = min(k, batch.max_arity)
+            padded[:, :w] = table[:, :w]
+            bufs["child_table"] = padded
+    if plan.word is not None:
+        name, vocab, parts = plan.word
+        if batch.word_ids is None:
+            raise BatchMismatchError(f"model {low.graph.name!r} reads token ids ({name!r}) but the batch has none")
+        ids = np.ascontiguousarray(batch.word_ids, dtype=INDEX_DTYPE)
+        for part in parts:
+            a, b = (0, nl) if part == "leaf" else (nl, n)
+            # as unsigned, a negative id is >= 2^31 > vocab: one reduction checks both ends
+            if b > a and int(np.maximum.reduce(ids[a:b].view(np.uint32))) >= vocab:
+                seg = ids[a:b]
+                node = a + int(np.nonzero((seg < 0) | (seg >= vocab))[0][0])
+                raise BatchMismatchError(
+                    f"model {low.graph.name!r}: node {node} needs a token id in [0, {vocab}) for "
+                    f"{name!r} but has {int(ids[node])}"
+                )
+        bufs["word_ids"] = ids
+    if plan.features is not None:
+        name, shape = plan.features
+        if batch.features is None:
+            raise BatchMismatchError(f"model {low.graph.name!r} reads features ({name!r}) but the batch has none")
+        f = np.asarray(batch.features)
+        if f.shape != (n,) + shape:
+            raise BatchMismatchError(
+                f"model {low.graph.name!r}: features are {list(f.shape)}, expected [{n}, {shape[0]}]"
+            )
+        bufs["features"] = np.ascontiguousarray(f, dtype=plan.dtype)
+    if len(lo) - 1 < plan.min_levels:  # e.g. all leaves: an empty level 1 for the level-1 loop
+        lo = np.concatenate([lo, np.full(plan.min_levels + 1 - len(lo), lo[-1] if len(lo) else 0, dtype=INDEX_DTYPE)])
+        bufs["level_offsets"] = lo
+    sizes = {"N": n, "E": max(e, 1), "L": len(lo) - 1, "NL": nl}
+    return bufs, sizes

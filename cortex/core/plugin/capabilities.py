@@ -1,0 +1,40 @@
+"""Target capabilities: what the core may ask of a target instead of asking for its name.
+
+Pipeline position: a backend plugin describes its device with a :class:`Capabilities`; the
+scheduler picks knob defaults and legal ranges from it, the renderer picks a dialect from it,
+and the lowering decides e.g. whether a grid-wide barrier (one persistent kernel per call) is
+available. The core never branches on a target's name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a target's device can do. All fields are plain data so schedules can be cached."""
+
+    # Execution model
+    has_grid: bool = False  # kernels are launched over a grid of groups (GPU-like)
+    grid_barrier: bool = False  # a barrier across the whole grid exists (cooperative launch)
+    group_barrier: bool = False  # a barrier across one work-group / thread block exists
+    max_threads_per_group: int = 1
+    max_groups: int = 1  # groups that can be co-resident (sizes persistent kernels)
+    # threads that run in lock-step and can exchange registers (warp shuffles); 0 = none.
+    # Cross-lane reductions (``Reduce.lanes``, the ``reduce_lanes`` knob) need lanes <= this.
+    warp_size: int = 0
+    num_cores: int = 1  # CPU threads the runtime may use in parallel
+    # Memory
+    shared_memory_bytes: int = 0  # per group ("local" in OpenCL, "shared" in CUDA)
+    cache_bytes_per_core: int = 0  # e.g. a CPU core's L2; 0 = unknown
+    # Arithmetic
+    vector_bits: int = 0  # SIMD width of the host vector unit; 0 = none / unknown
+    supports_fp64: bool = True
+    # Code form
+    dialect: str = "c"  # which C-family dialect table the renderer uses, or "" for non-C
+    single_call: bool = True  # the whole recursion may run inside one host call
+
+    def vector_lanes(self, itemsize: int) -> int:
+        """Lanes of a SIMD register for elements of ``itemsize`` bytes (1 when unknown)."""
+        return max(1, self.vector_bits // (8 * itemsize)) if self.vector_bits else 1
