@@ -355,3 +355,23 @@ def test_flat_reductions_equal_padded_ones(monkeypatch):
     monkeypatch.setattr(interpret._Machine, "_serial_compacted", lambda self, *a, **k: False)
     padded = exe.run(batch).nodes("h")
     np.testing.assert_allclose(flat, padded, rtol=1e-12, atol=1e-13)
+
+
+def test_odd_token_ids_never_reach_the_token_tables():
+    """Token ids below -1 are refused with the batch; ids no program reads, even past the
+    vocabulary, are skipped by the rows computed on use; fill_tables then fills the rest."""
+    exe = cortex.compile(TreeLSTM(hidden=4, embed=3, vocab=10), target="numpy")
+    assert exe.table_rows == (0, 10)
+    batch = exe.linearize(TREES)
+    for internal in (-2, 10**6):
+        ids = np.array(batch.word_ids)
+        ids[batch.num_leaves:] = internal
+        odd = dataclasses.replace(batch, word_ids=ids)
+        if internal < -1:
+            with pytest.raises(InvariantError, match="word_ids"):
+                exe.run(odd)
+            assert exe.table_rows == (0, 10)
+        else:
+            exe.run(odd)
+            assert exe.table_rows == (len({1, 2, 3, 4, 5, 6}), 10)
+    assert exe.fill_tables() == 4 and exe.table_rows == (10, 10)
