@@ -5,7 +5,7 @@ Pipeline position: zoo models (``cortex.models``); trace them with ``.trace()``.
 
 from __future__ import annotations
 
-from cortex.core.frontend.model import Model
+from cortex.core.frontend.model import Model, size_args
 from cortex.core.frontend.model_errors import ModelDefinitionError
 from cortex.models._common import declare_input, node_vector, total
 
@@ -59,6 +59,8 @@ class TreeLSTM(Model):
                  features: int | None = None, arity: int = 2, leaf: str = "gated",
                  forget_bias: str = "shared", dtype="float32", seed: int = 0,
                  **options) -> None:
+        hidden, embed, vocab, features, arity = size_args(
+            "TreeLSTM", hidden=hidden, embed=embed, vocab=vocab, features=features, arity=arity)
         super().__init__(arity=arity, dtype=dtype, seed=seed, **options)
         for keyword, value, allowed in (("leaf", leaf, LEAF_FORMS),
                                         ("forget_bias", forget_bias, FORGET_BIASES)):
@@ -143,6 +145,8 @@ class ChildSumTreeLSTM(Model):
 
     def __init__(self, *, hidden: int, embed: int | None = None, vocab: int | None = None,
                  features: int | None = None, dtype="float32", seed: int = 0, **options) -> None:
+        hidden, embed, vocab, features = size_args(
+            "ChildSumTreeLSTM", hidden=hidden, embed=embed, vocab=vocab, features=features)
         super().__init__(arity=None, dtype=dtype, seed=seed, **options)
         self.hidden = hidden
         d = declare_input(self, vocab=vocab, embed=embed, features=features)

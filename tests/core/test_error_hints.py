@@ -103,7 +103,7 @@ def test_exe_run_given_structures_says_to_call_the_executable(exe):
         exe.run(["(0 (0 1) (0 2))"])
     message = str(info.value)
     assert "bind_batch" not in message
-    assert message == ("expected a LinearizedBatch (made by exe.linearize(structures) or "
+    assert message == ("run needs a LinearizedBatch (made by exe.linearize(structures) or "
                        "cortex.data.linearize(...)), got list; to run on structures, call the "
                        "executable itself: exe(structures)")
     assert exe.run(exe.linearize([(1, 2)])).root("h").shape == (1, 4)
