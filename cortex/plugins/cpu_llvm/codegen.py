@@ -561,7 +561,8 @@ class _KernelGen:
             if e.op == "/":
                 return b.fdiv(x, y)
             if e.op in ("min", "max"):
-                return b.call(self.mod.intrinsic("minnum" if e.op == "min" else "maxnum", t, 2, w), [x, y])
+                # llvm.minimum/maximum propagate NaN (as NumPy does); minnum/maxnum drop it
+                return b.call(self.mod.intrinsic("minimum" if e.op == "min" else "maximum", t, 2, w), [x, y])
             raise CodegenError(f"float operands for {e.op!r} in {e}")
         if t == ir.BOOL:
             raise CodegenError(f"bool operands for {e.op!r} in {e}; use and/or")
@@ -802,7 +803,7 @@ class _KernelGen:
         acc, v = self.match(acc, v)
         if op == "max":
             if dt in ir.FLOAT_DTYPES:
-                return b.call(self.mod.intrinsic("maxnum", dt, 2, _width(acc)), [acc, v])
+                return b.call(self.mod.intrinsic("maximum", dt, 2, _width(acc)), [acc, v])  # NaN wins
             return b.select(b.icmp_signed(">", acc, v), acc, v)
         if dt in ir.FLOAT_DTYPES:
             nxt = b.fadd(acc, v)
