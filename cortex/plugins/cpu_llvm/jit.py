@@ -20,6 +20,7 @@ from __future__ import annotations
 import ctypes.util
 import functools
 import threading
+import weakref
 from dataclasses import dataclass
 
 import llvmlite.binding as llvm
@@ -146,41 +147,98 @@ def optimize(module: llvm.ModuleRef, tm: llvm.TargetMachine, opt_level: int,
         pto.loop_unrolling = LOOP_UNROLLING
     pb = llvm.create_pass_builder(tm, pto)
     if opt_level == 0 or default_pipeline or LLVM_DEFAULT_PIPELINE:
-        pb.getModulePassManager().run(module, pb)
+        mpm = pb.getModulePassManager()
+        try:
+            mpm.run(module, pb)
+        finally:
+            _free_pass_manager(mpm)
         return
     mpm = llvm.create_new_module_pass_manager()
     for name in PASSES:
         getattr(mpm, f"add_{name}_pass")()
-    mpm.run(module, pb)
+    try:
+        mpm.run(module, pb)
+    finally:
+        _free_pass_manager(mpm)
+
+
+def _free_pass_manager(mpm: llvm.ModulePassManager) -> None:
+    """Delete a module pass manager. llvmlite's ``ModulePassManager`` has no ``_dispose``, so
+    each one (with its passes: InstCombine keeps a ~40 kB worklist) would stay allocated for the
+    life of the process, one per compile; its C entry point is called directly when present."""
+    from llvmlite.binding import ffi
+
+    dispose = getattr(ffi.lib, "LLVMPY_DisposeNewModulePassManger", None)  # sic
+    if dispose is not None and not mpm.closed:
+        dispose(mpm)
+        mpm.detach()
 
 
 class JitModule:
-    """One optimized module, loaded in its own MCJIT engine; lives as long as this object."""
+    """One optimized module, loaded in its own MCJIT engine, in its own LLVM context; lives
+    until :meth:`close` or until this object is collected.
+
+    Everything LLVM allocated for it goes with it: the engine (machine code, the module, its
+    target machine) and the context (the module's uniqued constants, types and metadata, which
+    in LLVM's global context would stay for the life of the process)."""
 
     def __init__(self, ir_text: str, cpu: str = "host", opt_level: int = 3) -> None:
         _initialize()
         tm = target_machine(cpu, opt_level)
+        context = llvm.create_context()
         with _LOCK:
+            mod = None
             try:
-                mod = llvm.parse_assembly(ir_text)
+                mod = llvm.parse_assembly(ir_text, context=context)
                 mod.verify()
             except RuntimeError as exc:
+                if mod is not None:
+                    mod.close()
+                context.close()
                 raise LLVMBackendError(f"generated LLVM IR is invalid: {exc}\n--- IR ---\n{ir_text}") from None
             mod.triple = tm.triple
             mod.data_layout = str(tm.target_data)
-            optimize(mod, tm, opt_level, wants_default_pipeline(ir_text))
-            self.engine = llvm.create_mcjit_compiler(mod, new_target_machine(cpu, opt_level))
-            self.engine.finalize_object()
+            engine = None
+            try:
+                optimize(mod, tm, opt_level, wants_default_pipeline(ir_text))
+                engine = llvm.create_mcjit_compiler(mod, new_target_machine(cpu, opt_level))
+                engine.finalize_object()
+            except BaseException:
+                if engine is not None:
+                    engine.close()  # with the module it owns
+                mod.close()
+                context.close()
+                raise
+        self.engine = engine
         self._module = mod  # owned by the engine; printed only when asked (optimized_ir)
         self.target_machine = tm
+        self._free = weakref.finalize(self, _dispose, self.engine, mod, context)
+        self._free.atexit = False  # at exit the OS takes it back (a daemon thread may still run it)
+
+    def keep(self) -> None:
+        """Never free this module (code that must outlive every object: a signal handler)."""
+        self._free.detach()
+
+    def close(self) -> None:
+        """Free the machine code and everything LLVM holds for this module now. Nothing may
+        run its code any more (the runtime stops its threads first)."""
+        self._free()
+
+    @property
+    def closed(self) -> bool:
+        return self.engine.closed
 
     @property
     def optimized_ir(self) -> str:
         """The optimized module as LLVM IR text (for inspection and tests)."""
+        if self.closed:
+            raise LLVMBackendError("this JIT module was closed")
         with _LOCK:
             return str(self._module)
 
     def address(self, name: str) -> int:
+        if self.closed:
+            raise LLVMBackendError("this JIT module was closed")
         addr = self.engine.get_function_address(name)
         if not addr:
             raise LLVMBackendError(f"JIT module has no function {name!r}")
@@ -189,5 +247,20 @@ class JitModule:
     def assembly(self) -> str:
         """The optimized module as target assembly (for inspection and tests)."""
         text = self.optimized_ir
-        with _LOCK:
-            return self.target_machine.emit_assembly(llvm.parse_assembly(text))
+        context = llvm.create_context()
+        try:
+            with _LOCK:
+                mod = llvm.parse_assembly(text, context=context)
+                try:
+                    return self.target_machine.emit_assembly(mod)
+                finally:
+                    mod.close()
+        finally:
+            context.close()
+
+
+def _dispose(engine: llvm.ExecutionEngine, module: llvm.ModuleRef, context) -> None:
+    """Engine first (it owns the module and its target machine), then the context."""
+    engine.close()
+    module.detach()
+    context.close()
