@@ -22,6 +22,7 @@ happens to execute, so GFLOP/s is comparable across contenders.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import random
@@ -30,6 +31,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -240,3 +242,12 @@ def environment(torch_mod: Any = None) -> dict[str, Any]:
         if torch_mod.cuda.is_available():
             env["torch_cuda_device"] = torch_mod.cuda.get_device_name(0)
     return env
+
+
+def write_json(doc: Any, out: str) -> None:
+    """``doc`` as indented JSON to the file ``out``, or to stdout when ``out`` is empty."""
+    text = json.dumps(doc, indent=2)
+    if out:
+        Path(out).write_text(text + "\n")
+    else:
+        print(text)

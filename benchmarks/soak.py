@@ -34,7 +34,6 @@ import argparse
 import ctypes
 import ctypes.util
 import gc
-import json
 import os
 import sys
 import time
@@ -45,7 +44,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make `benchmarks` importable from the repo root
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import environment, make_trees  # noqa: E402
+from benchmarks.common import environment, make_trees, write_json  # noqa: E402
 
 SCHEMA = "cortex-soak/1"
 
@@ -267,11 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     phases["idle"] = phase_idle(args.target, opts, idle_counts, args.window, args.settle)
     doc["end"] = snapshot()
     doc["seconds"] = time.perf_counter() - t0
-    text = json.dumps(doc, indent=2)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
-    else:
-        print(text)
+    write_json(doc, args.out)
     return 0
 
 

@@ -21,7 +21,6 @@ import argparse
 import copy
 import importlib
 import importlib.util
-import json
 import statistics
 import subprocess
 import sys
@@ -36,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import cortex  # noqa: E402
-from benchmarks.common import make_trees  # noqa: E402
+from benchmarks.common import make_trees, write_json  # noqa: E402
 from cortex.core.backend import Backend, HostRuntime  # noqa: E402
 from cortex.models import TreeLSTM  # noqa: E402
 
@@ -134,11 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     doc = {"tool": "ab_runtime", "before": args.before, "hidden": args.hidden, "vocab": args.vocab,
            "threads": after.artifact.threads, "rounds": args.rounds, "idle_ms": args.idle_ms,
            "results": results}
-    text = json.dumps(doc, indent=2)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
-    else:
-        print(text)
+    write_json(doc, args.out)
     return 0
 
 

@@ -113,6 +113,25 @@ def _leave(mod, b: ll.IRBuilder, tid: ll.Value) -> None:
     b.unreachable()
 
 
+def _back_off(mod, b: ll.IRBuilder, tries: ll.Value, spins: int, yields: int | None, cont: ll.Block,
+              rest: ll.Block | None = None) -> None:
+    """One step of a wait: ``pause`` while ``tries < spins``, then ``sched_yield`` (while
+    ``tries < yields``, when given; then to ``rest``); a step goes on to ``cont``."""
+    fn = b.function
+    pause_bb, no_pause = _blocks(fn, "pause", "no_pause")
+    b.cbranch(b.icmp_signed("<", tries, _c(spins)), pause_bb, no_pause)
+    b.position_at_end(pause_bb)
+    mod.pause(b)
+    b.branch(cont)
+    b.position_at_end(no_pause)
+    if yields is not None:
+        yield_bb = fn.append_basic_block("yield")
+        b.cbranch(b.icmp_signed("<", tries, _c(yields)), yield_bb, rest)
+        b.position_at_end(yield_bb)
+    b.call(mod.decl("sched_yield", I32, []), [])
+    b.branch(cont)
+
+
 def emit_barrier(mod, name: str) -> ll.Function:
     """``void name(nthreads, tid)``: counter + generation spin barrier for the whole team, where
     an interrupted call stops (see the module docstring)."""
@@ -139,18 +158,12 @@ def emit_barrier(mod, name: str) -> ll.Function:
     tries = b.phi(I32, name="tries")
     tries.add_incoming(_c(0), multi)
     now = b.load_atomic(mod.g_bar_gen, "acquire", 4, typ=I32)
-    spin, pause_bb, yield_bb, cont = _blocks(fn, "spin", "pause", "yield", "cont")
+    spin, cont = _blocks(fn, "spin", "cont")
     b.cbranch(b.icmp_signed("==", now, gen), spin, done)
     b.position_at_end(spin)
     # spin with pause while the others are close; yield the core when they are not running
     # (an oversubscribed machine would otherwise burn whole time slices here)
-    b.cbranch(b.icmp_signed("<", tries, _c(SPIN_BEFORE_YIELD)), pause_bb, yield_bb)
-    b.position_at_end(pause_bb)
-    mod.pause(b)
-    b.branch(cont)
-    b.position_at_end(yield_bb)
-    b.call(mod.decl("sched_yield", I32, []), [])
-    b.branch(cont)
+    _back_off(mod, b, tries, SPIN_BEFORE_YIELD, None, cont)
     b.position_at_end(cont)
     tries.add_incoming(b.add(tries, _c(1)), cont)
     b.branch(wait)
@@ -254,9 +267,8 @@ def _emit_worker(mod, guarded: ll.Function) -> ll.Function:
     b.position_at_end(pinned)
     seen0 = b.load(mod.g_gen0, typ=I32)  # the generation when the team was created
     entry = b.block
-    outer, wait, idle, pause_bb, rest, yield_bb, cont, sleep, doze, woke, got, work, quit_ = _blocks(
-        worker, "outer", "wait", "idle", "pause", "rest", "yield", "cont", "sleep", "doze", "woke", "got",
-        "work", "quit")
+    outer, wait, idle, cont, sleep, doze, woke, got, work, quit_ = _blocks(
+        worker, "outer", "wait", "idle", "cont", "sleep", "doze", "woke", "got", "work", "quit")
     b.branch(outer)
     b.position_at_end(outer)
     seen = b.phi(I32, name="seen")
@@ -268,15 +280,7 @@ def _emit_worker(mod, guarded: ll.Function) -> ll.Function:
     now = b.load_atomic(mod.g_gen, "acquire", 4, typ=I32)
     b.cbranch(b.icmp_signed("!=", now, seen), got, idle)
     b.position_at_end(idle)
-    b.cbranch(b.icmp_signed("<", tries, _c(WORKER_SPINS)), pause_bb, rest)
-    b.position_at_end(pause_bb)
-    mod.pause(b)
-    b.branch(cont)
-    b.position_at_end(rest)
-    b.cbranch(b.icmp_signed("<", tries, _c(WORKER_SPINS + WORKER_YIELDS)), yield_bb, sleep)
-    b.position_at_end(yield_bb)
-    b.call(mod.decl("sched_yield", I32, []), [])
-    b.branch(cont)
+    _back_off(mod, b, tries, WORKER_SPINS, WORKER_SPINS + WORKER_YIELDS, cont, rest=sleep)
     b.position_at_end(cont)
     tries.add_incoming(b.add(tries, _c(1)), cont)
     b.branch(wait)
