@@ -6,8 +6,8 @@ Pipeline position: outside the pipeline, like ``bench_treelstm.py``; it drives
 the process's own counters from ``/proc/self`` (Linux). Four phases, each reported on its own:
 
 * ``calls``: one TreeLSTM executable called on many batches of varying size; resident memory,
-  malloc'd bytes, descriptors and threads after a warm-up and at the end (growth per 1000
-  calls).
+  malloc'd bytes, descriptors and threads after a warm-up, half-way and at the end (growth per
+  1000 calls over the run and over its second half).
 * ``compiles``: compile a small TreeFC, call it once, drop it; repeated. Memory is measured
   after ``gc.collect()`` and glibc's ``malloc_trim(0)``: growth per compile over the whole run
   and over its second half (one-time costs, such as a malloc arena a thread opened, fall in
@@ -133,22 +133,37 @@ def phase_calls(target: str, opts: dict, calls: int, hidden: int) -> dict[str, A
     vocab = 1000
     exe = cortex.compile(TreeLSTM(hidden=hidden, embed=hidden, vocab=vocab, seed=0), target=target, **opts)
     batches = [make_trees(seed, 1 + seed % 10, 2, 40, vocab) for seed in range(16)]
-    warm = max(1, calls // 10)
+    # whole cycles of the batches: both snapshots follow the same batch, so the executable's
+    # pooled output buffers (sized by the last call) are the same at both
+    calls = -(-calls // len(batches)) * len(batches)
+    warm = -(-max(1, calls // 10) // len(batches)) * len(batches)
     for i in range(warm):
         exe(batches[i % len(batches)])
     trim()
     before = snapshot()
+    half = calls // 2 // len(batches) * len(batches)
     t0 = time.perf_counter()
-    for i in range(calls):
+    for i in range(half):
+        exe(batches[i % len(batches)])
+    trim()
+    middle = snapshot()
+    for i in range(half, calls):
         exe(batches[i % len(batches)])
     elapsed = time.perf_counter() - t0
     trim()
     after = snapshot()
     del exe
-    grown = _per(after, before, "malloc_kb", calls)
-    return {"calls": calls, "hidden": hidden, "calls_per_s": calls / elapsed, "before": before, "after": after,
-            "rss_growth_kb_per_1000_calls": _per(after, before, "rss_kb", calls) * 1000,
-            "malloc_growth_kb_per_1000_calls": None if grown is None else grown * 1000,
+
+    def per_1000(a: dict, b: dict, key: str, n: int) -> float | None:
+        v = _per(a, b, key, max(1, n))
+        return None if v is None else v * 1000
+
+    return {"calls": calls, "hidden": hidden, "calls_per_s": calls / elapsed, "before": before,
+            "middle": middle, "after": after,
+            "rss_growth_kb_per_1000_calls": per_1000(after, before, "rss_kb", calls),
+            "rss_growth_kb_per_1000_calls_second_half": per_1000(after, middle, "rss_kb", calls - half),
+            "malloc_growth_kb_per_1000_calls": per_1000(after, before, "malloc_kb", calls),
+            "malloc_growth_kb_per_1000_calls_second_half": per_1000(after, middle, "malloc_kb", calls - half),
             "fds_delta": after["fds"] - before["fds"], "threads_delta": after["threads"] - before["threads"]}
 
 

@@ -36,7 +36,8 @@ def test_schema(doc: dict) -> None:
     for snap in (doc["start"], doc["end"]):
         assert {"rss_kb", "malloc_kb", "fds", "threads"} <= set(snap)
     calls, compiles = doc["phases"]["calls"], doc["phases"]["compiles"]
-    for key in ("calls_per_s", "rss_growth_kb_per_1000_calls", "fds_delta", "threads_delta"):
+    for key in ("calls_per_s", "rss_growth_kb_per_1000_calls", "rss_growth_kb_per_1000_calls_second_half",
+                "malloc_growth_kb_per_1000_calls", "fds_delta", "threads_delta"):
         assert key in calls, key
     for key in ("seconds_per_compile", "rss_growth_kb_per_compile", "rss_growth_kb_per_compile_second_half",
                 "malloc_growth_kb_per_compile", "fds_delta", "threads_delta"):
