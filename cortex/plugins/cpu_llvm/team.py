@@ -7,8 +7,9 @@ kernels and ``cx_spmd`` (the host steps, run by every thread) and calls :func:`e
 Entry points (see :class:`Symbols`):
 
 * ``int32 cx_start(int32 n, int64 stack_bytes, int64 futex_nr, int32* err)`` resets the team's
-  words and creates workers ``1 .. n-1`` with ``stack_bytes`` of stack each (a fixed size: pthreads would otherwise
-  reserve ``ulimit -s`` per thread, which fails when that limit is huge). It returns how many
+  words and creates workers ``1 .. n-1`` with ``stack_bytes`` of stack each (a fixed size:
+  pthreads would otherwise reserve ``ulimit -s`` per thread, which fails when that limit is
+  huge). It returns how many
   threads the team has: when a ``pthread_create`` fails it stops there, stores the error code
   in ``*err`` and the team runs with the threads it has (``cx_nthreads`` says how many; the
   kernels split their loops by it at run time).
@@ -224,9 +225,9 @@ def _futex(mod, b: ll.IRBuilder, op: int, value: ll.Value) -> None:
     call_bb, nap_bb, done = _blocks(fn, "futex", "futex_none", "futex_done")
     b.cbranch(b.icmp_signed("!=", nr, _c(0, I64)), call_bb, nap_bb)
     b.position_at_end(call_bb)
-    syscall = mod.fns.get("syscall") or mod.decl("syscall", I64, [I64])
-    if not syscall.function_type.var_arg:
-        raise AssertionError("syscall must be declared variadic")
+    if "syscall" not in mod.fns:  # long syscall(long number, ...)
+        mod.fns["syscall"] = ll.Function(mod.m, ll.FunctionType(I64, [I64], var_arg=True), "syscall")
+    syscall = mod.fns["syscall"]
     null = ll.Constant(PTR, None)
     b.call(syscall, [nr, mod.g_gen, _c(op, I64), value, null, null, _c(0, I64)])
     b.branch(done)
@@ -237,16 +238,10 @@ def _futex(mod, b: ll.IRBuilder, op: int, value: ll.Value) -> None:
     b.position_at_end(done)
 
 
-def _declare_syscall(mod) -> None:
-    if "syscall" not in mod.fns:
-        mod.fns["syscall"] = ll.Function(mod.m, ll.FunctionType(I64, [I64], var_arg=True), "syscall")
-
-
 def _emit_worker(mod, guarded: ll.Function) -> ll.Function:
     """``void* cx_worker(tid as a pointer)``: wait for a new generation, run, repeat until
     stopped; pinned to ``cx_cpus[tid]`` when that is >= 0 (see CompiledProgram's ``pin``)."""
     m = mod.m
-    _declare_syscall(mod)
     worker = ll.Function(m, ll.FunctionType(PTR, [PTR]), "cx_worker")
     worker.linkage = "internal"
     b = ll.IRBuilder(worker.append_basic_block("entry"))
