@@ -102,16 +102,49 @@ def _interrupt_or_abort(mod, b: ll.IRBuilder, fn: ll.Function, tid: ll.Value, sh
         b.store_atomic(_c(1), mod.g_abort, "monotonic", 4)
         b.branch(cont)
     else:
-        _leave(mod, b, tid)
+        _leave(mod, b, tid, _c(0))
     b.position_at_end(cont)
 
 
-def _leave(mod, b: ll.IRBuilder, tid: ll.Value) -> None:
-    """``longjmp`` back to this thread's guard (``cx_spmd_guarded``)."""
-    longjmp = mod.decl("longjmp", VOID, [PTR, I32])
-    longjmp.attributes.add("noreturn")
-    b.call(longjmp, [b.load(_slot(b, mod.g_jmp, tid, PTR), typ=PTR), _c(1)])
+def _leave(mod, b: ll.IRBuilder, tid: ll.Value, counted: ll.Value) -> None:
+    """``longjmp`` back to this thread's guard (``cx_spmd_guarded``), a worker first counting
+    itself out in ``cx_abort_ack`` when ``counted`` (``cx_leave``, out of line)."""
+    fn, lb = _cold_function(mod, "cx_leave", VOID, [I32, I32])
+    if lb is not None:
+        fn.attributes.add("noreturn")
+        t, count = fn.args
+        ack, jump = _blocks(fn, "ack", "jump")
+        lb.cbranch(lb.icmp_signed("!=", count, _c(0)), ack, jump)
+        lb.position_at_end(ack)
+        lb.atomic_rmw("add", mod.g_abort_ack, _c(1), "release")
+        lb.branch(jump)
+        lb.position_at_end(jump)
+        longjmp = mod.decl("longjmp", VOID, [PTR, I32])
+        longjmp.attributes.add("noreturn")
+        lb.call(longjmp, [lb.load(_slot(lb, mod.g_jmp, t, PTR), typ=PTR), _c(1)])
+        lb.unreachable()
+    b.call(fn, [tid, counted])
     b.unreachable()
+
+
+def _cold(fn: ll.Function) -> None:
+    """Compile ``fn`` without optimization: it runs once per program, per call or per idle
+    period and nothing in it gains from optimizing, while each optimized function costs the
+    back end milliseconds (a TreeFC's JIT measured 74 -> 69 ms of CPU with three of them so)."""
+    fn.attributes.add("noinline")
+    fn.attributes.add("optnone")
+
+
+def _cold_function(mod, name: str, ret: ll.Type, args: list[ll.Type]) -> tuple[ll.Function, ll.IRBuilder | None]:
+    """The module's internal :func:`_cold` function ``name``, and a builder at its entry when it
+    was just made (the caller emits its body), else None."""
+    if name in mod.fns:
+        return mod.fns[name], None
+    fn = mod.fns[name] = ll.Function(mod.m, ll.FunctionType(ret, args), name)
+    fn.linkage = "internal"
+    fn.attributes.add("nounwind")
+    _cold(fn)
+    return fn, ll.IRBuilder(fn.append_basic_block("entry"))
 
 
 def _back_off(mod, b: ll.IRBuilder, tries: ll.Value, spins: int, yields: int | None, cont: ll.Block,
@@ -169,16 +202,11 @@ def emit_barrier(mod, name: str) -> ll.Function:
     tries.add_incoming(b.add(tries, _c(1)), cont)
     b.branch(wait)
     b.position_at_end(done)
-    abort_bb, ack, leave, out = _blocks(fn, "abort", "ack", "leave", "out")
+    abort_bb, out = _blocks(fn, "abort", "out")
     aborted = b.load_atomic(mod.g_abort, "monotonic", 4, typ=I32)
     b.cbranch(b.icmp_signed("!=", aborted, _c(0)), abort_bb, out)
-    b.position_at_end(abort_bb)
-    b.cbranch(b.icmp_signed("!=", tid, _c(0)), ack, leave)
-    b.position_at_end(ack)  # a worker says it has left; cx_run waits for all of them
-    b.atomic_rmw("add", mod.g_abort_ack, _c(1), "release")
-    b.branch(leave)
-    b.position_at_end(leave)
-    _leave(mod, b, tid)
+    b.position_at_end(abort_bb)  # a worker counts itself out; cx_run waits for all of them
+    _leave(mod, b, tid, b.zext(b.icmp_signed("!=", tid, _c(0)), I32))
     b.position_at_end(out)
     b.ret_void()
     return fn
@@ -198,7 +226,7 @@ def _emit_guard(mod, spmd: ll.Function) -> ll.Function:
     point (``cx_jmp[tid]``); 0 when it returned, 1 when an interrupt left it."""
     fn = ll.Function(mod.m, ll.FunctionType(I32, [PTR, PTR, I32, I32]), "cx_spmd_guarded")
     fn.linkage = "internal"
-    fn.attributes.add("noinline")
+    _cold(fn)
     fn.attributes.add("nounwind")
     bufs, sizes, tid, nth = fn.args
     setjmp = mod.decl("_setjmp", I32, [PTR])
@@ -227,15 +255,33 @@ def _futex(mod, b: ll.IRBuilder, op: int, value: ll.Value) -> None:
     b.position_at_end(call_bb)
     if "syscall" not in mod.fns:  # long syscall(long number, ...)
         mod.fns["syscall"] = ll.Function(mod.m, ll.FunctionType(I64, [I64], var_arg=True), "syscall")
-    syscall = mod.fns["syscall"]
     null = ll.Constant(PTR, None)
-    b.call(syscall, [nr, mod.g_gen, _c(op, I64), value, null, null, _c(0, I64)])
+    b.call(mod.fns["syscall"], [nr, mod.g_gen, _c(op, I64), value, null, null, _c(0, I64)])
     b.branch(done)
     b.position_at_end(nap_bb)
     if op == FUTEX_WAIT_PRIVATE:
         b.call(mod.decl("usleep", I32, [I32]), [_c(NAP_US)])
     b.branch(done)
     b.position_at_end(done)
+
+
+def _sleep_fn(mod) -> ll.Function:
+    """``void cx_sleep(int32 seen)``: announce a sleeper, look at ``cx_gen`` again, and wait
+    in the kernel while it still equals ``seen``."""
+    fn, b = _cold_function(mod, "cx_sleep", VOID, [I32])
+    if b is not None:
+        seen = fn.args[0]
+        b.atomic_rmw("add", mod.g_sleepers, _c(1), "seq_cst")
+        again = b.load_atomic(mod.g_gen, "seq_cst", 4, typ=I32)
+        doze, woke = _blocks(fn, "doze", "woke")
+        b.cbranch(b.icmp_signed("==", again, seen), doze, woke)
+        b.position_at_end(doze)
+        _futex(mod, b, FUTEX_WAIT_PRIVATE, b.zext(seen, I64))
+        b.branch(woke)
+        b.position_at_end(woke)
+        b.atomic_rmw("sub", mod.g_sleepers, _c(1), "seq_cst")
+        b.ret_void()
+    return fn
 
 
 def _emit_worker(mod, guarded: ll.Function) -> ll.Function:
@@ -262,8 +308,8 @@ def _emit_worker(mod, guarded: ll.Function) -> ll.Function:
     b.position_at_end(pinned)
     seen0 = b.load(mod.g_gen0, typ=I32)  # the generation when the team was created
     entry = b.block
-    outer, wait, idle, cont, sleep, doze, woke, got, work, quit_ = _blocks(
-        worker, "outer", "wait", "idle", "cont", "sleep", "doze", "woke", "got", "work", "quit")
+    outer, wait, idle, cont, sleep, got, work, quit_ = _blocks(
+        worker, "outer", "wait", "idle", "cont", "sleep", "got", "work", "quit")
     b.branch(outer)
     b.position_at_end(outer)
     seen = b.phi(I32, name="seen")
@@ -279,17 +325,9 @@ def _emit_worker(mod, guarded: ll.Function) -> ll.Function:
     b.position_at_end(cont)
     tries.add_incoming(b.add(tries, _c(1)), cont)
     b.branch(wait)
-    # sleep: announce it, look again, then wait in the kernel while cx_gen still equals seen
     b.position_at_end(sleep)
-    b.atomic_rmw("add", mod.g_sleepers, _c(1), "seq_cst")
-    again = b.load_atomic(mod.g_gen, "seq_cst", 4, typ=I32)
-    b.cbranch(b.icmp_signed("==", again, seen), doze, woke)
-    b.position_at_end(doze)
-    _futex(mod, b, FUTEX_WAIT_PRIVATE, b.zext(seen, I64))
-    b.branch(woke)
-    b.position_at_end(woke)
-    b.atomic_rmw("sub", mod.g_sleepers, _c(1), "seq_cst")
-    tries.add_incoming(_c(WORKER_SPINS + WORKER_YIELDS), woke)  # still idle: sleep again
+    b.call(_sleep_fn(mod), [seen])
+    tries.add_incoming(_c(WORKER_SPINS + WORKER_YIELDS), sleep)  # still idle: sleep again
     b.branch(wait)
     b.position_at_end(got)
     stop = b.load_atomic(mod.g_stop, "acquire", 4, typ=I32)
@@ -309,13 +347,16 @@ def _emit_worker(mod, guarded: ll.Function) -> ll.Function:
 
 
 def _wake_sleepers(mod, b: ll.IRBuilder) -> None:
-    """After ``cx_gen`` moved: wake the workers sleeping on it, if any."""
-    fn = b.function
-    wake, go = _blocks(fn, "wake", "go")
+    """After ``cx_gen`` moved: wake the workers sleeping on it, if any (``cx_wake``)."""
+    wake, go = _blocks(b.function, "wake", "go")
     sleepers = b.load_atomic(mod.g_sleepers, "seq_cst", 4, typ=I32)
     b.cbranch(b.icmp_signed(">", sleepers, _c(0)), wake, go)
     b.position_at_end(wake)
-    _futex(mod, b, FUTEX_WAKE_PRIVATE, _c(2**31 - 1, I64))
+    fn, wb = _cold_function(mod, "cx_wake", VOID, [])
+    if wb is not None:
+        _futex(mod, wb, FUTEX_WAKE_PRIVATE, _c(2**31 - 1, I64))
+        wb.ret_void()
+    b.call(fn, [])
     b.branch(go)
     b.position_at_end(go)
 
@@ -344,26 +385,35 @@ def _emit_run(mod, guarded: ll.Function) -> None:
         mod.prof_start(b, _c(0))
     b.atomic_rmw("add", mod.g_gen, _c(1), "seq_cst")
     _wake_sleepers(mod, b)
-    done, settle, wait, settled = _blocks(run, "done", "settle", "settle_wait", "settled")
+    done, settle = _blocks(run, "done", "settle")
     r = b.call(guarded, [bufs, sizes, _c(0), nth])
     b.cbranch(b.icmp_signed("==", r, _c(0)), done, settle)
     b.position_at_end(done)
     b.ret(_c(0))
-    # interrupted: return only when every worker has left the call (one still on its way out
-    # of the barrier must not see the next call's cleared cx_abort and carry on)
     b.position_at_end(settle)
-    b.branch(wait)
-    b.position_at_end(wait)
-    acks = b.load_atomic(mod.g_abort_ack, "acquire", 4, typ=I32)
-    spin = run.append_basic_block("settle_spin")
-    b.cbranch(b.icmp_signed("==", acks, b.sub(nth, _c(1))), settled, spin)
-    b.position_at_end(spin)
-    b.call(mod.decl("sched_yield", I32, []), [])
-    b.branch(wait)
-    b.position_at_end(settled)
-    b.store_atomic(_c(0), mod.g_abort_ack, "monotonic", 4)
-    b.store_atomic(_c(0), mod.g_abort, "monotonic", 4)
+    b.call(_settle_fn(mod), [nth])
     b.ret(_c(1))
+
+
+def _settle_fn(mod) -> ll.Function:
+    """``void cx_settle(int32 nthreads)``, after an interrupted call: wait until every worker
+    has left it (one still on its way out of the barrier must not see the next call's cleared
+    ``cx_abort`` and carry on), then clear the interrupt words."""
+    fn, b = _cold_function(mod, "cx_settle", VOID, [I32])
+    if b is not None:
+        wait, spin, settled = _blocks(fn, "wait", "spin", "settled")
+        b.branch(wait)
+        b.position_at_end(wait)
+        acks = b.load_atomic(mod.g_abort_ack, "acquire", 4, typ=I32)
+        b.cbranch(b.icmp_signed("==", acks, b.sub(fn.args[0], _c(1))), settled, spin)
+        b.position_at_end(spin)
+        b.call(mod.decl("sched_yield", I32, []), [])
+        b.branch(wait)
+        b.position_at_end(settled)
+        b.store_atomic(_c(0), mod.g_abort_ack, "monotonic", 4)
+        b.store_atomic(_c(0), mod.g_abort, "monotonic", 4)
+        b.ret_void()
+    return fn
 
 
 class Callee:
@@ -381,6 +431,7 @@ def _emit_start(mod, worker: ll.Function) -> None:
     """``int32 cx_start(n, stack_bytes, futex_nr, err)``: create workers 1..n-1 with a fixed
     stack size; stop at the first failure (its code in ``*err``); the team is what started."""
     start = ll.Function(mod.m, ll.FunctionType(I32, [I32, I64, I64, PTR]), SYMBOLS.start)
+    _cold(start)
     n, stack, futex_nr, err = start.args
     pthread_create = mod.decl("pthread_create", I32, [PTR, PTR, PTR, PTR])
     b = ll.IRBuilder(start.append_basic_block("entry"))
@@ -423,6 +474,7 @@ def _emit_start(mod, worker: ll.Function) -> None:
 def _emit_stop(mod) -> None:
     """``void cx_stop(void)``: raise the stop flag, wake everyone, join."""
     stop_fn = ll.Function(mod.m, ll.FunctionType(VOID, []), SYMBOLS.stop)
+    _cold(stop_fn)
     pthread_join = mod.decl("pthread_join", I32, [I64, PTR])
     b = ll.IRBuilder(stop_fn.append_basic_block("entry"))
     n = b.load(mod.g_nth, typ=I32)
