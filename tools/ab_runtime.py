@@ -6,7 +6,10 @@ LoopProgram through the revision's ``cortex/plugins/cpu_llvm`` package (loaded f
 under another name, with this tree's ``cortex.core``), so only the plugin's code generation and
 runtime differ. The two executables are called alternately on the same prelinearized batch
 (interleaving is what makes the ratio trustworthy on a VM whose speed drifts by up to 2x within
-minutes). Measured per batch size: back-to-back calls (the workers spin between them), and a
+minutes; the order alternates and each side starts after ``--settle-ms``, since the side that
+ran last leaves its workers spinning for a while and slowed the other by up to 10%). A third
+side, ``control``, runs this tree's program again: its ratio to ``after`` is the run's noise.
+Measured per batch size: back-to-back calls (the workers spin between them), and a
 call after ``--idle-ms`` of idle time (the workers may have gone to sleep).
 
 Usage::
@@ -38,6 +41,7 @@ import cortex  # noqa: E402
 from benchmarks.common import make_trees, write_json  # noqa: E402
 from cortex.core.backend import Backend, HostRuntime  # noqa: E402
 from cortex.models import TreeLSTM  # noqa: E402
+from cortex.plugins.cpu_llvm.runtime import CompiledProgram  # noqa: E402
 
 PLUGIN = "cortex/plugins/cpu_llvm"
 BEFORE_PACKAGE = "cortex_llvm_before"
@@ -90,6 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batches", default="1,10")
     p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--idle-ms", type=float, default=50.0, help="idle time before each 'after idle' call")
+    p.add_argument("--settle-ms", type=float, default=20.0,
+                   help="pause before each side's back-to-back calls, so the other side's idle workers "
+                        "have stopped spinning (they spin about a millisecond, then yield, after a call)")
     p.add_argument("--out", default="")
     args = p.parse_args(argv)
 
@@ -97,7 +104,10 @@ def main(argv: list[str] | None = None) -> int:
     after = cortex.compile(model, target="llvm")
     with tempfile.TemporaryDirectory() as tmp:
         before = before_executable(after, load_plugin(args.before, Path(tmp)))
-        sides = (("before", before), ("after", after))
+        # an A/A control: this tree's program once more (the ratio of the two 'after' sides is
+        # the noise of the run: a before/after ratio inside it says nothing)
+        control = before_executable(after, sys.modules[CompiledProgram.__module__])
+        sides = (("before", before), ("after", after), ("control", control))
         results = []
         for b in (int(x) for x in args.batches.split(",")):
             batch = after.linearize(make_trees(0, b, 20, 40, args.vocab))
@@ -106,15 +116,17 @@ def main(argv: list[str] | None = None) -> int:
             hot: dict[str, list[float]] = {n: [] for n, _ in sides}
             cold: dict[str, list[float]] = {n: [] for n, _ in sides}
             reps = max(1, int(40 / b))
-            for _ in range(args.rounds):
-                for name, exe in sides:
+            for r in range(args.rounds):
+                order = sides if r % 2 == 0 else sides[::-1]  # neither side always goes first
+                for name, exe in order:
+                    time.sleep(args.settle_ms / 1e3)  # the other side's team stops spinning
                     for _ in range(3):
                         exe.run(batch)
                     t0 = time.perf_counter()
                     for _ in range(reps):
                         exe.run(batch)
                     hot[name].append((time.perf_counter() - t0) / reps * 1e3)
-                for name, exe in sides:
+                for name, exe in order:
                     time.sleep(args.idle_ms / 1e3)
                     t0 = time.perf_counter()
                     exe.run(batch)
@@ -124,14 +136,18 @@ def main(argv: list[str] | None = None) -> int:
                 med = {n: statistics.median(v) for n, v in samples.items()}
                 row[f"{label}before_ms"], row[f"{label}after_ms"] = med["before"], med["after"]
                 row[f"{label}ratio"] = med["after"] / med["before"]
+                row[f"{label}control_ratio"] = med["control"] / med["after"]
             results.append(row)
             print(f"b{b}: before {row['before_ms']:.3f} ms, after {row['after_ms']:.3f} ms, ratio "
-                  f"{row['ratio']:.3f}; after {args.idle_ms:g} ms idle: {row['after_idle_before_ms']:.3f} "
-                  f"vs {row['after_idle_after_ms']:.3f} ms ({row['after_idle_ratio']:.3f}); "
+                  f"{row['ratio']:.3f} (A/A {row['control_ratio']:.3f}); after {args.idle_ms:g} ms idle: "
+                  f"{row['after_idle_before_ms']:.3f} vs {row['after_idle_after_ms']:.3f} ms "
+                  f"({row['after_idle_ratio']:.3f}, A/A {row['after_idle_control_ratio']:.3f}); "
                   f"max |diff| {diff:.1e}", file=sys.stderr)
         before.artifact.close()
+        control.artifact.close()
     doc = {"tool": "ab_runtime", "before": args.before, "hidden": args.hidden, "vocab": args.vocab,
            "threads": after.artifact.threads, "rounds": args.rounds, "idle_ms": args.idle_ms,
+           "settle_ms": args.settle_ms,
            "results": results}
     write_json(doc, args.out)
     return 0
