@@ -411,13 +411,22 @@ class _Worker(threading.Thread):
         self._fn, self._args = fn, args
         self._value: Any = None
         self._error: BaseException | None = None
-        self.start()
+        self._inline = False
+        try:
+            self.start()
+        except RuntimeError:  # no thread to be had (e.g. `ulimit -s` above free memory): run here
+            self._inline = True
+            self.run()
 
     def run(self) -> None:
         try:
             self._value = self._fn(*self._args)
         except BaseException as e:  # handed to the caller's thread by result()
             self._error = e
+
+    def join(self, timeout: float | None = None) -> None:
+        if not self._inline:
+            super().join(timeout)
 
     def result(self) -> Any:
         self.join()

@@ -88,8 +88,10 @@ class CRenderer:
             body = f"return {one} / ({one} + {self.mathfn('exp', dtype)}(-x));"
             self.helpers[sym] = f"{hq} {t} {sym}({t} x) {{ {body} }}"
         elif name in ("min", "max"):
+            # NaN propagates (as NumPy's minimum/maximum): C's fmin/fmax return the other operand
             op = "<" if name == "min" else ">"
-            self.helpers[sym] = f"{hq} {t} {sym}({t} a, {t} b) {{ return a {op} b ? a : b; }}"
+            test = f"a {op} b" if dtype not in ir.FLOAT_DTYPES else f"a {op} b || a != a"
+            self.helpers[sym] = f"{hq} {t} {sym}({t} a, {t} b) {{ return ({test}) ? a : b; }}"
         else:
             raise RenderError(f"no helper {name}")
         return sym
@@ -151,8 +153,6 @@ class CRenderer:
                 return tmp
             a, b = self.expr(e.a), self.expr(e.b)
             if e.op in ("min", "max"):
-                if t in ir.FLOAT_DTYPES:
-                    return f"{self.mathfn('fmin' if e.op == 'min' else 'fmax', t)}({a}, {b})"
                 return f"{self.helper(e.op, t)}({a}, {b})"
             op = {"//": "/"}.get(e.op, e.op)
             return f"({a} {op} {b})"
@@ -202,7 +202,7 @@ class CRenderer:
         self.pre.append(f"{t} {acc} = {init};")
         body, lines = self.sub(e.body)
         if e.op == "max":
-            fn = self.mathfn("fmax", dt) if dt in ir.FLOAT_DTYPES else self.helper("max", dt)
+            fn = self.helper("max", dt)
             combine = lambda x: f"{acc} = {fn}({acc}, {x});"  # noqa: E731
         else:
             combine = lambda x: f"{acc} += {x};"  # noqa: E731

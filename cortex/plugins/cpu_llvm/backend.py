@@ -28,7 +28,7 @@ from cortex.plugins.cpu_llvm import codegen, native_linearize
 from cortex.plugins.cpu_llvm.jit import cpu_info
 from cortex.plugins.cpu_llvm.runtime import CompiledProgram, usable_cpus
 
-CODEGEN_REVISION = "cortex-llvm 1"
+CODEGEN_REVISION = "cortex-llvm 2"  # 2: cx_run/cx_start take the interrupt and team arguments
 #: The disk cache namespace of the machine code (``cortex.core.diskcache``).
 CACHE_NAMESPACE = "llvm"
 

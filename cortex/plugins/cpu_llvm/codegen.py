@@ -8,10 +8,10 @@ Pipeline position: the renderer of the ``llvm`` backend. It takes a scheduled, v
 Execution model (SPMD over a fixed team of threads)
 ---------------------------------------------------
 The whole call — host steps, every kernel launch, every level — runs inside one native call.
-``cx_run(bufs, sizes)`` publishes the arguments to the team and runs ``cx_spmd(bufs, sizes,
+``cx_run(bufs, sizes, arm)`` publishes the arguments to the team and runs ``cx_spmd(bufs, sizes,
 tid=0, nthreads)`` on the calling thread; the persistent worker threads (created once per
-executable by ``cx_start``, see :mod:`cortex.plugins.cpu_llvm.runtime`) run the same function
-with their own ``tid``. Every thread executes the host steps and the kernels' serial code; the
+executable by ``cx_start``) run the same function with their own ``tid``. The team's code —
+barrier, workers, entry points, sleeping and interrupts — is :mod:`cortex.plugins.cpu_llvm.team`. Every thread executes the host steps and the kernels' serial code; the
 *outermost* ``parallel`` (or ``gpu_group``) loop of a kernel is split into one contiguous chunk
 per thread. Synchronization:
 
@@ -50,6 +50,8 @@ from typing import Callable
 from llvmlite import ir as ll
 
 from cortex.core import loopir as ir
+from cortex.plugins.cpu_llvm import team
+from cortex.plugins.cpu_llvm.team import MAX_THREADS, SYMBOLS, Symbols  # noqa: F401 - re-exported
 
 I1 = ll.IntType(1)
 I8 = ll.IntType(8)
@@ -62,27 +64,12 @@ VOID = ll.VoidType()
 LTYPE = {"int32": I32, "bool": I1, "float32": F32, "float64": F64}
 SIZEOF = {"int32": 4, "bool": 1, "float32": 4, "float64": 8}
 _INT_CMP = {"<": "<", "<=": "<=", ">": ">", ">=": ">=", "==": "==", "!=": "!="}
-MAX_THREADS = 64
-SPIN_BEFORE_YIELD = 100  # barrier: pause-spins (a few us) before yielding the core at every try
-WORKER_SPINS = 1 << 14  # idle worker: pause-spins before yielding, then sleeping
 PARTITIONED_KINDS = ("parallel", "gpu_group")
 FAST_REDUCE = ("reassoc", "contract")
 
 
 class CodegenError(ir.LoopIRError):
     """The program uses a construct the ``llvm`` code generator cannot express."""
-
-
-@dataclass(frozen=True)
-class Symbols:
-    """Exported function names of a generated module."""
-
-    run: str = "cx_run"  # void cx_run(void** bufs, int32* sizes): one call, whole recursion
-    start: str = "cx_start"  # void cx_start(int32 nthreads): create the worker threads
-    stop: str = "cx_stop"  # void cx_stop(void): stop and join them
-
-
-SYMBOLS = Symbols()
 
 
 _kids = ir.children  # loopir's traversal
@@ -162,6 +149,16 @@ class _Module:
         self.g_threads = ll.GlobalVariable(self.m, ll.ArrayType(I64, MAX_THREADS), "cx_threads")
         self.g_threads.linkage = "internal"
         self.g_threads.initializer = ll.Constant(ll.ArrayType(I64, MAX_THREADS), None)
+        # idle workers asleep on cx_gen, the futex syscall number, the call's interrupt word,
+        # the interrupted-call flag, per thread its setjmp buffer (see team.py)
+        self.g_sleepers = self._global("cx_sleepers", I32)
+        self.g_futex = self._global("cx_futex_nr", I64)
+        self.g_intr = self._global("cx_interrupt", PTR, None)
+        self.g_abort = self._global("cx_abort", I32)
+        self.g_abort_ack = self._global("cx_abort_ack", I32)
+        self.g_jmp = ll.GlobalVariable(self.m, ll.ArrayType(PTR, MAX_THREADS), "cx_jmp")
+        self.g_jmp.linkage = "internal"
+        self.g_jmp.initializer = ll.Constant(ll.ArrayType(PTR, MAX_THREADS), None)
         self.profile = False
 
     def enable_profile(self) -> None:
@@ -561,7 +558,8 @@ class _KernelGen:
             if e.op == "/":
                 return b.fdiv(x, y)
             if e.op in ("min", "max"):
-                return b.call(self.mod.intrinsic("minnum" if e.op == "min" else "maxnum", t, 2, w), [x, y])
+                # llvm.minimum/maximum propagate NaN (as NumPy does); minnum/maxnum drop it
+                return b.call(self.mod.intrinsic("minimum" if e.op == "min" else "maximum", t, 2, w), [x, y])
             raise CodegenError(f"float operands for {e.op!r} in {e}")
         if t == ir.BOOL:
             raise CodegenError(f"bool operands for {e.op!r} in {e}; use and/or")
@@ -802,7 +800,7 @@ class _KernelGen:
         acc, v = self.match(acc, v)
         if op == "max":
             if dt in ir.FLOAT_DTYPES:
-                return b.call(self.mod.intrinsic("maxnum", dt, 2, _width(acc)), [acc, v])
+                return b.call(self.mod.intrinsic("maximum", dt, 2, _width(acc)), [acc, v])  # NaN wins
             return b.select(b.icmp_signed(">", acc, v), acc, v)
         if dt in ir.FLOAT_DTYPES:
             nxt = b.fadd(acc, v)
@@ -1878,50 +1876,11 @@ class _LoopMD:
 
 
 def _emit_barrier(mod: _Module) -> ll.Function:
-    """``cx_barrier(nthreads, tid)``: counter + generation spin barrier for the whole team (with
+    """``cx_barrier(nthreads, tid)``: the team barrier (:func:`team.emit_barrier`; with
     ``profile``, wrapped by a function that records when thread ``tid`` arrived and left)."""
-    m = mod.m
-    fn = ll.Function(m, ll.FunctionType(VOID, [I32, I32]), "cx_barrier_wait" if mod.profile else "cx_barrier")
-    fn.linkage = "internal"
-    fn.attributes.add("nounwind")
-    nth = fn.args[0]
-    b = ll.IRBuilder(fn.append_basic_block("entry"))
-    one_bb, multi, last, wait, done = (fn.append_basic_block(n) for n in ("one", "multi", "last", "wait", "done"))
-    b.cbranch(b.icmp_signed("<=", nth, ll.Constant(I32, 1)), one_bb, multi)
-    b.position_at_end(one_bb)
-    b.ret_void()
-    b.position_at_end(multi)
-    gen = b.load_atomic(mod.g_bar_gen, "acquire", 4, typ=I32)
-    arrived = b.atomic_rmw("add", mod.g_bar_count, ll.Constant(I32, 1), "acq_rel")
-    b.cbranch(b.icmp_signed("==", arrived, b.sub(nth, ll.Constant(I32, 1))), last, wait)
-    b.position_at_end(last)
-    b.store_atomic(ll.Constant(I32, 0), mod.g_bar_count, "monotonic", 4)
-    b.atomic_rmw("add", mod.g_bar_gen, ll.Constant(I32, 1), "release")
-    b.ret_void()
-    b.position_at_end(wait)
-    tries = b.phi(I32, name="tries")
-    tries.add_incoming(ll.Constant(I32, 0), multi)
-    now = b.load_atomic(mod.g_bar_gen, "acquire", 4, typ=I32)
-    spin, pause_bb, yield_bb, cont = (fn.append_basic_block(n) for n in ("spin", "pause", "yield", "cont"))
-    b.cbranch(b.icmp_signed("==", now, gen), spin, done)
-    b.position_at_end(spin)
-    # spin with pause while the others are close; yield the core when they are not running
-    # (an oversubscribed machine would otherwise burn whole time slices here)
-    b.cbranch(b.icmp_signed("<", tries, ll.Constant(I32, SPIN_BEFORE_YIELD)), pause_bb, yield_bb)
-    b.position_at_end(pause_bb)
-    mod.pause(b)
-    b.branch(cont)
-    b.position_at_end(yield_bb)
-    b.call(mod.decl("sched_yield", I32, []), [])
-    b.branch(cont)
-    b.position_at_end(cont)
-    tries.add_incoming(b.add(tries, ll.Constant(I32, 1)), cont)
-    b.branch(wait)
-    b.position_at_end(done)
-    b.ret_void()
     if mod.profile:
-        return _emit_profiled_barrier(mod, fn)
-    return fn
+        return _emit_profiled_barrier(mod, team.emit_barrier(mod, "cx_barrier_wait"))
+    return team.emit_barrier(mod, "cx_barrier")
 
 
 PROFILE_EVENTS = 512  # barriers recorded per thread and call (profiling builds)
@@ -2014,139 +1973,8 @@ class _HostExpr(_KernelGen):
 
 
 def _emit_team(mod: _Module, spmd: ll.Function) -> None:
-    """``cx_run``, the worker loop, ``cx_start`` and ``cx_stop`` (persistent pthreads)."""
-    m = mod.m
-    usleep = mod.decl("usleep", I32, [I32])
-    pthread_create = mod.decl("pthread_create", I32, [PTR, PTR, PTR, PTR])
-    pthread_join = mod.decl("pthread_join", I32, [I64, PTR])
-
-    # worker(arg = tid as pointer): wait for a new generation, run, repeat until stopped
-    worker = ll.Function(m, ll.FunctionType(PTR, [PTR]), "cx_worker")
-    worker.linkage = "internal"
-    b = ll.IRBuilder(worker.append_basic_block("entry"))
-    tid = b.trunc(b.ptrtoint(worker.args[0], I64), I32)
-    # pinned to cx_cpus[tid] when that is >= 0 (see CompiledProgram's pin)
-    cpus = ll.GlobalVariable(m, ll.ArrayType(I32, MAX_THREADS), "cx_cpus")
-    cpus.initializer = ll.Constant(ll.ArrayType(I32, MAX_THREADS), [-1] * MAX_THREADS)
-    mask = b.alloca(ll.ArrayType(I64, 16), name="cpu_mask")
-    cpu = b.load(b.gep(b.inttoptr(b.ptrtoint(cpus, I64), PTR), [tid], inbounds=True, source_etype=I32), typ=I32)
-    pin_bb, pinned = worker.append_basic_block("pin"), worker.append_basic_block("pinned")
-    b.cbranch(b.icmp_signed(">=", cpu, ll.Constant(I32, 0)), pin_bb, pinned)
-    b.position_at_end(pin_bb)
-    mask_p = b.inttoptr(b.ptrtoint(mask, I64), PTR)
-    for w in range(16):
-        b.store(ll.Constant(I64, 0), b.gep(mask_p, [ll.Constant(I32, w)], inbounds=True, source_etype=I64))
-    word = b.gep(mask_p, [b.ashr(cpu, ll.Constant(I32, 6))], inbounds=True, source_etype=I64)
-    b.store(b.shl(ll.Constant(I64, 1), b.zext(b.and_(cpu, ll.Constant(I32, 63)), I64)), word)
-    b.call(mod.decl("sched_setaffinity", I32, [I32, I64, PTR]), [ll.Constant(I32, 0), ll.Constant(I64, 128), mask_p])
-    b.branch(pinned)
-    b.position_at_end(pinned)
-    seen0 = b.load(mod.g_gen0, typ=I32)  # the generation when the team was created
-    entry = b.block
-    outer, wait, spin, sleep, got, work, quit_ = (worker.append_basic_block(n) for n in
-                                                  ("outer", "wait", "spin", "sleep", "got", "work", "quit"))
-    b.branch(outer)
-    b.position_at_end(outer)
-    seen = b.phi(I32, name="seen")
-    seen.add_incoming(seen0, entry)
-    b.branch(wait)
-    b.position_at_end(wait)
-    tries = b.phi(I32, name="tries")
-    tries.add_incoming(ll.Constant(I32, 0), outer)
-    now = b.load_atomic(mod.g_gen, "acquire", 4, typ=I32)
-    b.cbranch(b.icmp_signed("!=", now, seen), got, spin)
-    b.position_at_end(spin)
-    more = b.add(tries, ll.Constant(I32, 1))
-    b.branch(sleep)
-    b.position_at_end(sleep)
-    # spin with pause for WORKER_SPINS tries (about a millisecond), then back off
-    pause_bb, nap_bb, cont = (worker.append_basic_block(n) for n in ("pause", "nap", "cont"))
-    b.cbranch(b.icmp_signed("<", tries, ll.Constant(I32, WORKER_SPINS)), pause_bb, nap_bb)
-    b.position_at_end(pause_bb)
-    mod.pause(b)
-    b.branch(cont)
-    b.position_at_end(nap_bb)
-    # a few thousand yields first (cheap when the core is free), then 50 us naps
-    yield_bb2, sleep_bb2 = worker.append_basic_block("yield"), worker.append_basic_block("nap50")
-    b.cbranch(b.icmp_signed("<", tries, ll.Constant(I32, WORKER_SPINS + 4096)), yield_bb2, sleep_bb2)
-    b.position_at_end(yield_bb2)
-    b.call(mod.decl("sched_yield", I32, []), [])
-    b.branch(cont)
-    b.position_at_end(sleep_bb2)
-    b.call(usleep, [ll.Constant(I32, 50)])
-    b.branch(cont)
-    b.position_at_end(cont)
-    tries.add_incoming(more, cont)
-    b.branch(wait)
-    b.position_at_end(got)
-    stop = b.load_atomic(mod.g_stop, "acquire", 4, typ=I32)
-    b.cbranch(b.icmp_signed("!=", stop, ll.Constant(I32, 0)), quit_, work)
-    b.position_at_end(work)
-    if mod.profile:
-        mod.prof_start(b, tid)
-    bufs = b.load(mod.g_bufs, typ=PTR)
-    sizes = b.load(mod.g_sizes, typ=PTR)
-    nth = b.load(mod.g_nth, typ=I32)
-    b.call(spmd, [bufs, sizes, tid, nth])
-    seen.add_incoming(now, work)
-    b.branch(outer)
-    b.position_at_end(quit_)
-    b.ret(ll.Constant(PTR, None))
-
-    # cx_run(bufs, sizes): publish, wake the team, take part as thread 0
-    run = ll.Function(m, ll.FunctionType(VOID, [PTR, PTR]), SYMBOLS.run)
-    b = ll.IRBuilder(run.append_basic_block("entry"))
-    b.store(run.args[0], mod.g_bufs)
-    b.store(run.args[1], mod.g_sizes)
-    nth = b.load(mod.g_nth, typ=I32)
-    if mod.profile:
-        mod.prof_reset(b)
-        mod.prof_start(b, ll.Constant(I32, 0))
-    b.atomic_rmw("add", mod.g_gen, ll.Constant(I32, 1), "seq_cst")
-    b.call(spmd, [run.args[0], run.args[1], ll.Constant(I32, 0), nth])
-    b.ret_void()
-
-    # cx_start(n): remember n, create threads 1..n-1
-    start = ll.Function(m, ll.FunctionType(VOID, [I32]), SYMBOLS.start)
-    b = ll.IRBuilder(start.append_basic_block("entry"))
-    n = start.args[0]
-    b.store(n, mod.g_nth)
-    b.store_atomic(ll.Constant(I32, 0), mod.g_stop, "seq_cst", 4)
-    b.store(b.load_atomic(mod.g_gen, "seq_cst", 4, typ=I32), mod.g_gen0)
-    loop_bb, done = start.append_basic_block("loop"), start.append_basic_block("done")
-    pre = b.block
-    b.cbranch(b.icmp_signed(">", n, ll.Constant(I32, 1)), loop_bb, done)
-    b.position_at_end(loop_bb)
-    t = b.phi(I32)
-    t.add_incoming(ll.Constant(I32, 1), pre)
-    slot = b.gep(mod.g_threads, [ll.Constant(I32, 0), t], inbounds=True, source_etype=mod.g_threads.value_type)
-    b.call(pthread_create, [slot, ll.Constant(PTR, None), worker, b.inttoptr(b.zext(t, I64), PTR)])
-    t2 = b.add(t, ll.Constant(I32, 1))
-    t.add_incoming(t2, b.block)
-    b.cbranch(b.icmp_signed("<", t2, n), loop_bb, done)
-    b.position_at_end(done)
-    b.ret_void()
-
-    # cx_stop(): raise the stop flag, wake everyone, join
-    stop_fn = ll.Function(m, ll.FunctionType(VOID, []), SYMBOLS.stop)
-    b = ll.IRBuilder(stop_fn.append_basic_block("entry"))
-    n = b.load(mod.g_nth, typ=I32)
-    b.store_atomic(ll.Constant(I32, 1), mod.g_stop, "seq_cst", 4)
-    b.atomic_rmw("add", mod.g_gen, ll.Constant(I32, 1), "seq_cst")
-    loop_bb, done = stop_fn.append_basic_block("loop"), stop_fn.append_basic_block("done")
-    pre = b.block
-    b.cbranch(b.icmp_signed(">", n, ll.Constant(I32, 1)), loop_bb, done)
-    b.position_at_end(loop_bb)
-    t = b.phi(I32)
-    t.add_incoming(ll.Constant(I32, 1), pre)
-    slot = b.gep(mod.g_threads, [ll.Constant(I32, 0), t], inbounds=True, source_etype=mod.g_threads.value_type)
-    b.call(pthread_join, [b.load(slot, typ=I64), ll.Constant(PTR, None)])
-    t2 = b.add(t, ll.Constant(I32, 1))
-    t.add_incoming(t2, b.block)
-    b.cbranch(b.icmp_signed("<", t2, n), loop_bb, done)
-    b.position_at_end(done)
-    b.store(ll.Constant(I32, 1), mod.g_nth)
-    b.ret_void()
+    """``cx_run``, the worker loop, ``cx_start`` and ``cx_stop`` (:func:`team.emit_team`)."""
+    team.emit_team(mod, spmd)
 
 
 def generate(program: ir.Program, vector_bits: int = 0, profile: bool = False) -> str:
