@@ -1,0 +1,178 @@
+"""A distributed run: a Ray Dataset of rows through a pool of workers into one Parquet file.
+
+Pipeline position: the top of :mod:`cortex.distributed`, called by ``cortex run`` and by user
+code. :func:`run_inference` does, on the driver:
+
+1. check the executable source (target, options, model) before anything starts;
+2. check that every input row has a unique id, and materialize the input in Ray's object store
+   in blocks of about ``batch_size`` rows — before any worker exists, so reading the input
+   never waits for CPUs the workers hold, and work is spread over the pool in small pieces;
+3. ``map_batches`` with a pool of ``actors`` :class:`~cortex.distributed.worker.InferenceWorker`
+   actors, each reserving ``source.threads`` CPUs and building its executable once. Ray
+   restarts an actor that dies and runs its unfinished batch again (Ray Data's actor pools
+   default to unlimited restarts and task retries);
+4. stream the workers' tables to the driver's :class:`~cortex.distributed.commit.ExactlyOnceWriter`,
+   which commits the output file only with every input id exactly once.
+
+Ray itself is started by the caller (``ray.init()``; ``cortex run`` does it), or by Ray Data on
+first use with its defaults.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from cortex.distributed.commit import ExactlyOnceWriter, check_unique_ids
+from cortex.distributed.progress import Progress, ProgressLine
+from cortex.distributed.rows import choose_form
+from cortex.distributed.worker import ERROR_COLUMN, InferenceWorker
+
+#: Blocks of input per actor at most: enough to balance the load, few enough that per-block
+#: overhead stays small for a corpus of millions of rows.
+MAX_BLOCKS_PER_ACTOR = 64
+
+
+def require_ray() -> Any:
+    """The ``ray`` module, or an ImportError that says how to install it."""
+    try:
+        import ray
+        import ray.data  # noqa: F401 - the Data library is what the runs use
+    except ImportError as e:
+        raise ImportError(f"distributed runs need Ray Data: pip install 'cortex[ray]' ({e})") from e
+    return ray
+
+
+class RowError(ValueError):
+    """A row could not be read or linearized and the run was told to fail fast (raised on the
+    driver, from the row's error record)."""
+
+    def __init__(self, row_id: Any, message: str) -> None:
+        super().__init__(f"row {row_id!r}: {message}")
+        self.row_id = row_id
+        self.detail = message
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """What a run did. ``startup_seconds``: from starting the pool to the first output (actor
+    start and compile); ``seconds``: the whole run, input preparation and commit included."""
+
+    output: Path
+    rows: int
+    errors: int
+    duplicates_dropped: int
+    actors: int
+    threads: int
+    source: str
+    startup_seconds: float
+    seconds: float
+
+    @property
+    def rows_per_second(self) -> float:
+        return self.rows / self.seconds if self.seconds > 0 else 0.0
+
+
+def _raise_first_error(table: Any, id_column: str) -> None:
+    """Raise :class:`RowError` for the first error record of ``table``, if any."""
+    errors = table.column(ERROR_COLUMN)
+    if errors.null_count < len(errors):
+        i, error = next((i, e) for i, e in enumerate(errors.to_pylist()) if e is not None)
+        raise RowError(table.column(id_column)[i].as_py(), error)
+
+
+def _input_ids(dataset: Any, id_column: str) -> Any:
+    import pyarrow as pa
+
+    chunks = [b.column(id_column).combine_chunks()
+              for b in dataset.select_columns([id_column]).iter_batches(
+                  batch_format="pyarrow", batch_size=None)]
+    return pa.chunked_array(chunks).combine_chunks() if chunks else pa.array([])
+
+
+def run_inference(dataset: Any, source: Any, output: str | Path, *, column: str | None = None,
+                  form: str | None = None, id_column: str = "id",
+                  words_column: str | None = None, states: Sequence[str] | None = None,
+                  actors: int = 1, batch_size: int = 256, fail_fast: bool = False,
+                  vocab: Any = None, overwrite: bool = False,
+                  progress: bool | Callable[[Progress], None] = True) -> RunReport:
+    """Run ``source``'s executable over every row of ``dataset`` (a ``ray.data.Dataset``) and
+    write ``output`` (one Parquet file: the id, one column per root state, ``error``).
+
+    ``column``/``form``: where each row's structure is and how to read it
+    (:mod:`cortex.distributed.rows`; by default from the column's name). ``words_column``: the
+    token ids of a ``parents`` row (default ``words`` when present). ``states``: the root
+    states to keep (default: the model's outputs). ``actors``: workers in the pool, each with
+    ``source.threads`` CPUs. ``batch_size``: rows per call. ``fail_fast``: the first bad row
+    fails the run (:class:`RowError`, raised on the driver) instead of becoming an error
+    record. ``progress``: print progress to stderr, or call this with each
+    :class:`~cortex.distributed.progress.Progress`.
+    """
+    ray = require_ray()
+    from ray.data import ActorPoolStrategy
+
+    if not isinstance(actors, int) or actors < 1:
+        raise ValueError(f"actors must be an integer >= 1, got {actors!r}")
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    source.check()
+    columns = dataset.columns()
+    column, form = choose_form(columns, column, form)
+    if id_column not in columns:
+        raise ValueError(f"no id column {id_column!r} in the input's columns {columns}: every "
+                         f"row needs a unique id (add one, or name it)")
+    if words_column is None and form == "parents" and "words" in columns:
+        words_column = "words"
+    if not ray.is_initialized():
+        ray.init()
+    cpus = ray.cluster_resources().get("CPU", 0)
+    if actors * source.threads > cpus:
+        raise ValueError(f"{actors} actors x {source.threads} threads need "
+                         f"{actors * source.threads} CPUs; the Ray cluster has {cpus:g}")
+    started = time.perf_counter()
+    keep = [id_column, column] + ([words_column] if words_column else [])
+    ready = dataset.select_columns(keep).materialize()
+    ids = _input_ids(ready, id_column)
+    check_unique_ids(ids, id_column)
+    if len(ids) == 0:
+        raise ValueError("the input has no rows")
+    blocks = max(1, min(math.ceil(len(ids) / batch_size), MAX_BLOCKS_PER_ACTOR * actors))
+    if ready.num_blocks() < blocks:
+        ready = ready.repartition(blocks).materialize()
+
+    mapped = ready.map_batches(
+        InferenceWorker, fn_constructor_args=(source,),
+        fn_constructor_kwargs=dict(column=column, form=form, id_column=id_column,
+                                   states=states, words_column=words_column, vocab=vocab),
+        batch_size=batch_size, batch_format="numpy",
+        compute=ActorPoolStrategy(size=actors), num_cpus=source.threads)
+    report = progress if callable(progress) else ProgressLine() if progress else None
+    metadata = {"cortex.source": source.describe(), "cortex.column": column, "cortex.form": form}
+    context = ray.data.DataContext.get_current()
+    bars = context.enable_progress_bars
+    context.enable_progress_bars = not report
+    pool_started = time.perf_counter()
+    first = None
+    try:
+        with ExactlyOnceWriter(output, ids, id_column=id_column, error_column=ERROR_COLUMN,
+                               overwrite=overwrite, metadata=metadata) as writer:
+            for table in mapped.iter_batches(batch_format="pyarrow", batch_size=None):
+                if fail_fast:
+                    _raise_first_error(table, id_column)
+                writer.write(table)
+                first = first or time.perf_counter()
+                if report:
+                    report(Progress(writer.rows, len(ids), writer.errors,
+                                    time.perf_counter() - started))
+            committed = writer.commit()
+    finally:
+        context.enable_progress_bars = bars
+    seconds = time.perf_counter() - started
+    if report:
+        report(Progress(committed.rows, len(ids), committed.errors, seconds, done=True))
+    return RunReport(committed.path, committed.rows, committed.errors,
+                     committed.duplicates_dropped, actors, source.threads, source.describe(),
+                     (first or time.perf_counter()) - pool_started, seconds)
