@@ -61,18 +61,13 @@ def check_unique_ids(ids: Any, column: str = "id") -> None:
 class ExactlyOnceWriter:
     """Append tables to a temporary Parquet file; :meth:`commit` checks ids and renames it."""
 
-    def __init__(self, path: str | Path, expected_ids: Any, *, id_column: str = "id",
-                 error_column: str = "error", overwrite: bool = False,
-                 metadata: dict[str, str] | None = None) -> None:
-        import pyarrow as pa
-
+    def __init__(self, path: str | Path, *, id_column: str = "id", error_column: str = "error",
+                 overwrite: bool = False, metadata: dict[str, str] | None = None) -> None:
         self.path = Path(path)
         if self.path.exists() and not overwrite:
             raise FileExistsError(f"{self.path} exists; remove it or allow overwriting")
         if not self.path.parent.is_dir():
             raise FileNotFoundError(f"no directory {self.path.parent} for the output")
-        self.expected = pa.chunked_array([expected_ids]) if isinstance(expected_ids, pa.Array) \
-            else expected_ids
         self.id_column, self.error_column = id_column, error_column
         self.metadata = metadata or {}
         self.tmp = self.path.parent / f".{self.path.name}.{uuid.uuid4().hex}.tmp"
@@ -116,8 +111,9 @@ class ExactlyOnceWriter:
             self._writer.write_table(pa.concat_tables(self._pending), row_group_size=ROW_GROUP_ROWS)
             self._pending, self._pending_rows = [], 0
 
-    def commit(self) -> CommitReport:
-        """Check the ids (module docstring), drop repeats, rename onto the destination."""
+    def commit(self, expected_ids: Any) -> CommitReport:
+        """Check the ids written against ``expected_ids`` (the input's, a pyarrow array; see
+        the module docstring), drop repeats, rename onto the destination."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -127,7 +123,8 @@ class ExactlyOnceWriter:
         self._writer.close()
         written = pa.chunked_array([c for ids in self._ids for c in ids.chunks],
                                    type=self._schema.field(self.id_column).type)
-        expected = self.expected.cast(written.type)
+        expected = pa.chunked_array([expected_ids]).cast(written.type) \
+            if isinstance(expected_ids, pa.Array) else expected_ids.cast(written.type)
         missing = pc.filter(expected, pc.invert(pc.is_in(expected, value_set=written)))
         if len(missing):
             self.abort()

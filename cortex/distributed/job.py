@@ -20,11 +20,12 @@ first use with its defaults.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from cortex.distributed.commit import ExactlyOnceWriter, check_unique_ids
 from cortex.distributed.progress import Progress, ProgressLine
@@ -84,13 +85,38 @@ def _raise_first_error(table: Any, id_column: str) -> None:
         raise RowError(table.column(id_column)[i].as_py(), error)
 
 
-def _input_ids(dataset: Any, id_column: str) -> Any:
+@contextlib.contextmanager
+def _quiet_ray_data(ray: Any) -> Iterator[None]:
+    """No Ray Data progress bars or start-up lines (they would interleave with ours)."""
+    context = ray.data.DataContext.get_current()
+    names = [n for n in ("enable_progress_bars", "print_on_execution_start") if hasattr(context, n)]
+    saved = {n: getattr(context, n) for n in names}
+    try:
+        for n in names:
+            setattr(context, n, False)
+        yield
+    finally:
+        for n, value in saved.items():
+            setattr(context, n, value)
+
+
+def _prepare(dataset: Any, id_column: str, batch_size: int, actors: int) -> tuple[Any, Any]:
+    """The input in the object store, in blocks of about ``batch_size`` rows (at most
+    ``MAX_BLOCKS_PER_ACTOR`` per actor), and its ids, checked unique."""
     import pyarrow as pa
 
-    chunks = [b.column(id_column).combine_chunks()
-              for b in dataset.select_columns([id_column]).iter_batches(
-                  batch_format="pyarrow", batch_size=None)]
-    return pa.chunked_array(chunks).combine_chunks() if chunks else pa.array([])
+    ready = dataset.materialize()
+    chunks = [b.column(id_column) for b in ready.select_columns([id_column]).iter_batches(
+        batch_format="pyarrow", batch_size=None)]
+    ids = pa.chunked_array([c for chunk in chunks for c in chunk.chunks]).combine_chunks() \
+        if chunks else pa.array([])
+    if len(ids) == 0:
+        raise ValueError("the input has no rows")
+    check_unique_ids(ids, id_column)
+    blocks = max(1, min(math.ceil(len(ids) / batch_size), MAX_BLOCKS_PER_ACTOR * actors))
+    if ready.num_blocks() < blocks:
+        ready = ready.repartition(blocks).materialize()
+    return ready, ids
 
 
 def run_inference(dataset: Any, source: Any, output: str | Path, *, column: str | None = None,
@@ -132,44 +158,32 @@ def run_inference(dataset: Any, source: Any, output: str | Path, *, column: str 
     if actors * source.threads > cpus:
         raise ValueError(f"{actors} actors x {source.threads} threads need "
                          f"{actors * source.threads} CPUs; the Ray cluster has {cpus:g}")
-    started = time.perf_counter()
-    keep = [id_column, column] + ([words_column] if words_column else [])
-    ready = dataset.select_columns(keep).materialize()
-    ids = _input_ids(ready, id_column)
-    check_unique_ids(ids, id_column)
-    if len(ids) == 0:
-        raise ValueError("the input has no rows")
-    blocks = max(1, min(math.ceil(len(ids) / batch_size), MAX_BLOCKS_PER_ACTOR * actors))
-    if ready.num_blocks() < blocks:
-        ready = ready.repartition(blocks).materialize()
-
-    mapped = ready.map_batches(
-        InferenceWorker, fn_constructor_args=(source,),
-        fn_constructor_kwargs=dict(column=column, form=form, id_column=id_column,
-                                   states=states, words_column=words_column, vocab=vocab),
-        batch_size=batch_size, batch_format="numpy",
-        compute=ActorPoolStrategy(size=actors), num_cpus=source.threads)
     report = progress if callable(progress) else ProgressLine() if progress else None
     metadata = {"cortex.source": source.describe(), "cortex.column": column, "cortex.form": form}
-    context = ray.data.DataContext.get_current()
-    bars = context.enable_progress_bars
-    context.enable_progress_bars = not report
-    pool_started = time.perf_counter()
-    first = None
-    try:
-        with ExactlyOnceWriter(output, ids, id_column=id_column, error_column=ERROR_COLUMN,
-                               overwrite=overwrite, metadata=metadata) as writer:
-            for table in mapped.iter_batches(batch_format="pyarrow", batch_size=None):
-                if fail_fast:
-                    _raise_first_error(table, id_column)
-                writer.write(table)
-                first = first or time.perf_counter()
-                if report:
-                    report(Progress(writer.rows, len(ids), writer.errors,
-                                    time.perf_counter() - started))
-            committed = writer.commit()
-    finally:
-        context.enable_progress_bars = bars
+    started = time.perf_counter()
+    with _quiet_ray_data(ray), ExactlyOnceWriter(
+            output, id_column=id_column, error_column=ERROR_COLUMN, overwrite=overwrite,
+            metadata=metadata) as writer:
+        keep = [id_column, column] + ([words_column] if words_column else [])
+        ready, ids = _prepare(dataset.select_columns(keep), id_column, batch_size, actors)
+        mapped = ready.map_batches(
+            InferenceWorker, fn_constructor_args=(source,),
+            fn_constructor_kwargs=dict(column=column, form=form, id_column=id_column,
+                                       states=states, words_column=words_column, vocab=vocab,
+                                       freeze_gc=True),
+            batch_size=batch_size, batch_format="numpy",
+            compute=ActorPoolStrategy(size=actors), num_cpus=source.threads)
+        pool_started = time.perf_counter()
+        first = None
+        for table in mapped.iter_batches(batch_format="pyarrow", batch_size=None):
+            if fail_fast:
+                _raise_first_error(table, id_column)
+            writer.write(table)
+            first = first or time.perf_counter()
+            if report:
+                report(Progress(writer.rows, len(ids), writer.errors,
+                                time.perf_counter() - started))
+        committed = writer.commit(ids)
     seconds = time.perf_counter() - started
     if report:
         report(Progress(committed.rows, len(ids), committed.errors, seconds, done=True))

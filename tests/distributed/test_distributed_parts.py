@@ -185,11 +185,11 @@ def _table(ids: list, value: float = 0.0) -> pa.Table:
 
 def test_commit_writes_every_id_once(tmp_path) -> None:
     out = tmp_path / "out.parquet"
-    with ExactlyOnceWriter(out, pa.array(range(6)), metadata={"cortex.form": "python"}) as w:
+    with ExactlyOnceWriter(out, metadata={"cortex.form": "python"}) as w:
         w.write(_table([3, 4, 5]))
         w.write(_table([0, 1, 2]))
         assert not out.exists()  # nothing is visible before the commit
-        report = w.commit()
+        report = w.commit(pa.array(range(6)))
     assert (report.rows, report.errors, report.duplicates_dropped) == (6, 0, 0)
     table = pq.read_table(out)
     assert sorted(table.column("id").to_pylist()) == list(range(6))
@@ -199,10 +199,10 @@ def test_commit_writes_every_id_once(tmp_path) -> None:
 
 def test_commit_drops_repeated_ids(tmp_path) -> None:
     out = tmp_path / "out.parquet"
-    with ExactlyOnceWriter(out, pa.array(range(4))) as w:
+    with ExactlyOnceWriter(out) as w:
         w.write(_table([0, 1], 1.0))
         w.write(_table([1, 2, 3], 2.0))  # id 1 again: a batch computed twice
-        report = w.commit()
+        report = w.commit(pa.array(range(4)))
     assert (report.rows, report.duplicates_dropped) == (4, 1)
     table = pq.read_table(out)
     assert table.column("id").to_pylist() == [0, 1, 2, 3]
@@ -215,17 +215,17 @@ def test_commit_drops_repeated_ids(tmp_path) -> None:
 ])
 def test_commit_refuses_wrong_ids(tmp_path, written, message) -> None:
     out = tmp_path / "out.parquet"
-    w = ExactlyOnceWriter(out, pa.array(range(3)))
+    w = ExactlyOnceWriter(out)
     for ids in written:
         w.write(_table(ids))
     with pytest.raises(CommitError, match=message):
-        w.commit()
+        w.commit(pa.array(range(3)))
     assert list(tmp_path.iterdir()) == []  # no output, no temporary file
 
 
 def test_failed_run_leaves_nothing(tmp_path) -> None:
     with pytest.raises(RuntimeError, match="worker died"):
-        with ExactlyOnceWriter(tmp_path / "out.parquet", pa.array(range(3))) as w:
+        with ExactlyOnceWriter(tmp_path / "out.parquet") as w:
             w.write(_table([0]))
             raise RuntimeError("worker died")
     assert list(tmp_path.iterdir()) == []
@@ -235,10 +235,10 @@ def test_existing_output_needs_overwrite(tmp_path) -> None:
     out = tmp_path / "out.parquet"
     out.write_bytes(b"old")
     with pytest.raises(FileExistsError, match="exists"):
-        ExactlyOnceWriter(out, pa.array([0]))
-    with ExactlyOnceWriter(out, pa.array([0]), overwrite=True) as w:
+        ExactlyOnceWriter(out)
+    with ExactlyOnceWriter(out, overwrite=True) as w:
         w.write(_table([0]))
-        w.commit()
+        w.commit(pa.array([0]))
     assert pq.read_table(out).num_rows == 1
 
 
