@@ -7,6 +7,9 @@ Public API:
 
 * :func:`compile` — ``cortex.compile(model, target="llvm", **options)``
 * :func:`trace` — ``cortex.trace(model)`` gives the model's RecursiveGraph
+* :func:`load` — ``cortex.load(path)`` reads what ``exe.save(path)`` or ``model.save(path)``
+  wrote (``cortex.core.persist``)
+* :class:`DiskCache` — the on-disk artifact cache, for plugins (``cortex.core.diskcache``)
 * :data:`hookimpl` — the marker for plugin hook implementations (see ``docs/plugins.md``)
 * :class:`Target`, :class:`TargetOption`, :class:`Availability` — what a plugin registers
 * :class:`Backend`, :class:`Renderer`, :class:`Compiler`, :class:`Runtime` — the backend contract
@@ -44,6 +47,8 @@ _LAZY = {
     "Schedule": "cortex.core.lowering.schedule",
     "ScheduleSpace": "cortex.core.lowering.schedule",
     "ScheduleError": "cortex.core.lowering.schedule",
+    "load": "cortex.core.persist",
+    "DiskCache": "cortex.core.diskcache",
 }
 
 
@@ -61,6 +66,7 @@ __all__ = [
     "Backend",
     "Capabilities",
     "Compiler",
+    "DiskCache",
     "CortexError",
     "HostRuntime",
     "InvalidOptionError",
@@ -79,6 +85,7 @@ __all__ = [
     "UnknownTargetError",
     "compile",
     "hookimpl",
+    "load",
     "resolve_target",
     "trace",
 ]

@@ -5,8 +5,10 @@ Pipeline position: outside the pipeline; it reports what the plugin system and t
 ``cortex info`` lists the plugins (version, source, hooks) and any plugin that failed, every
 target with its aliases, options, *enabled* and *runnable* states and their reasons, the host
 (CPU and SIMD features, OpenCL devices, nvcc, GPU) and the plugin environment switches.
-``cortex info --json`` prints the same as JSON. ``cortex run`` runs a model over a corpus on
-Ray (``cortex/distributed/command.py``, ``docs/distributed.md``).
+``cortex info --json`` prints the same as JSON. ``cortex cache`` shows the compile cache
+(``cortex.core.diskcache``: its directory and each namespace's entries); ``--clear`` empties it.
+``cortex run`` runs a model over a corpus on Ray (``cortex/distributed/command.py``,
+``docs/distributed.md``).
 """
 
 from __future__ import annotations
@@ -103,6 +105,20 @@ def format_info(info: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def format_cache(found: dict[str, Any]) -> str:
+    """``cortex.core.diskcache.report()``'s data as the text ``cortex cache`` prints."""
+    state = "on" if found["enabled"] else "off (CORTEX_CACHE=0)"
+    lines = [f"Compile cache: {found['root']}  [{state}]"]
+    if found["problem"]:
+        lines.append(f"  refused: {found['problem']}")
+    for name, n in found["namespaces"].items():
+        removed = f", {n['removed']} removed" if n["removed"] else ""
+        lines.append(f"  {name:8} {n['entries']:5d} entries  {n['bytes'] / 2**20:8.1f} MiB{removed}")
+    if not found["namespaces"]:
+        lines.append("  (empty)")
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from cortex import __version__
 
@@ -116,6 +132,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                                "latency on the default CPU target next to the NumPy reference")
     demo.add_argument("--target", default="llvm", help="target to compile for (default: llvm)")
     demo.add_argument("--hidden", type=int, default=256, help="hidden size (default: 256)")
+    bench = commands.add_parser("bench", help="benchmark: models x targets x installed peers, "
+                                "timed fairly; JSON, report.md and plots (docs/bench.md)")
+    from cortex.bench.options import add_arguments as add_bench_arguments
+
+    add_bench_arguments(bench)
+    cache = commands.add_parser("cache", help="the compile cache: where it is, what it holds")
+    cache.add_argument("--clear", action="store_true", help="delete every entry")
+    cache.add_argument("--json", action="store_true", help="print JSON instead of text")
     from cortex.distributed.command import add_run_parser
 
     add_run_parser(commands)
@@ -123,6 +147,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    if args.command == "bench":
+        from cortex.bench import main as bench_main
+        from cortex.bench.options import from_args
+
+        return bench_main(from_args(args))
     if args.command == "demo":
         from cortex.plugins.cpu_llvm.demo import run_demo
 
@@ -132,6 +161,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         from cortex.distributed.command import run_command
 
         return run_command(args)
+    if args.command == "cache":
+        from cortex.core.diskcache import report
+
+        found = report(clear=args.clear)
+        print(json.dumps(found, indent=2) if args.json else format_cache(found))
+        return 0
     data = collect_info()
     print(json.dumps(data, indent=2, default=repr) if args.json else format_info(data))
     return 0

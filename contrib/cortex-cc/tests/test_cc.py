@@ -58,6 +58,19 @@ def test_shared_libraries_are_cached_by_cache_key(cc, tmp_path):
     np.testing.assert_array_equal(first([(1, 2)]).root("h"), again([(1, 2)]).root("h"))
 
 
+def test_a_damaged_or_planted_library_is_rebuilt_not_loaded(cc, tmp_path):
+    from cortex.models import TreeRNN
+
+    model = TreeRNN(hidden=4, vocab=11, seed=2)
+    entry = tmp_path / "cache" / f"{cortex.compile(model, target='cc').cache_key}.so"
+    good = entry.read_bytes()
+    for bad in (good[: len(good) // 2], b"\x7fELF planted by someone else" + good[40:]):
+        entry.write_bytes(bad)
+        again = cortex.compile(model, target="cc")
+        assert again.backend.compiler.builds == 1  # compiled again, the bad entry replaced
+        assert entry.read_bytes() == good
+
+
 def test_compiler_errors_and_bad_arguments_are_reported(cc):
     from cortex_cc.backend import CCompileError, CSource, create_backend
     from cortex.models import TreeRNN

@@ -29,10 +29,25 @@ Writing a model::
   case is the first element.
 * Params are float32 by default (``dtype="float64"`` allowed), initialised from ``seed``.
 * ``outputs``: the states reported (default: all) and ``every_node`` (default: roots only).
+
+Settings and saving: the arguments a model was constructed with are recorded (by
+``Model.__new__``, which sees them before any ``__init__`` runs, so a subclass needs nothing);
+:meth:`Model.settings` returns them by name. :meth:`Model.save` writes the class's import path,
+those settings and the params; :meth:`Model.load` (or ``cortex.load``) constructs the class
+with the settings and loads the params (``cortex.core.persist``). A model whose class cannot be
+imported by name (defined in ``__main__`` or inside a function) or whose settings JSON cannot
+hold is refused at save time, with the reason.
+
+Compiling snapshots the params: an executable never sees later changes. :meth:`set_params` and
+:meth:`load_npz` warn when executables compiled from this model are alive; give them the new
+weights with ``exe.update_params(model.params)``.
 """
 
 from __future__ import annotations
 
+import inspect
+import warnings
+import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -48,8 +63,19 @@ if TYPE_CHECKING:
 INITS = ("uniform", "normal", "zeros", "ones", "identity_noise")
 
 
+class ParamsNotUpdatedWarning(UserWarning):
+    """A model's params changed while executables compiled from it are alive (they keep the
+    params they were compiled with until ``exe.update_params``)."""
+
+
 class Model:
     """Base class of every recursive model (see the module docstring)."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> "Model":
+        self = super().__new__(cls)
+        self._init_args = (args, dict(kwargs))  # what the constructor was given: settings()
+        self._compiled = weakref.WeakSet()  # live executables compiled from this model
+        return self
 
     def __init__(
         self,
@@ -150,6 +176,47 @@ class Model:
 
         return trace(self)
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_compiled", None)  # executables do not travel with a pickled model
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._compiled = weakref.WeakSet()
+
+    def settings(self) -> dict[str, Any]:
+        """The constructor arguments this model was made with, by name (positional ones
+        bound to their parameter names): ``type(model)(**model.settings())`` makes it again,
+        with the same seeded initial params."""
+        args, kwargs = self.__dict__.get("_init_args", ((), {}))
+        if not args:
+            return dict(kwargs)
+        bound = inspect.signature(type(self).__init__).bind(self, *args, **kwargs)
+        out = dict(bound.arguments)
+        out.pop(next(iter(out)))  # self
+        for name, p in inspect.signature(type(self).__init__).parameters.items():
+            if p.kind is p.VAR_KEYWORD and name in out:
+                out.update(out.pop(name))
+            elif p.kind is p.VAR_POSITIONAL and name in out:
+                raise TypeError(f"{type(self).__name__}: settings() cannot name the *{name} arguments")
+        return out
+
+    def save(self, path: str | Path) -> Path:
+        """Write the model's class, settings and params to ``path`` (a zip file; read it with
+        :meth:`load` or ``cortex.load``). Returns the path."""
+        from cortex.core.persist import save_model
+
+        return save_model(self, path)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Model":
+        """The model :meth:`save` wrote: its class constructed with its settings, its params
+        loaded (the class must be this one or a subclass)."""
+        from cortex.core.persist import load_model
+
+        return load_model(path, expected=cls)
+
     def save_npz(self, path: str | Path) -> None:
         from cortex.core.frontend.params import save_npz
 
@@ -159,11 +226,21 @@ class Model:
         from cortex.core.frontend.params import load_npz
 
         load_npz(self, path)
+        self._warn_compiled("load_npz")
 
     def set_params(self, values: Mapping[str, Any]) -> None:
         from cortex.core.frontend.params import set_params
 
         set_params(self, values)
+        self._warn_compiled("set_params")
+
+    def _warn_compiled(self, what: str) -> None:
+        live = list(self.__dict__.get("_compiled", ()))
+        if live:
+            warnings.warn(
+                f"{self.name}.{what}: {len(live)} executable(s) compiled from this model keep the "
+                f"params they were compiled with; call exe.update_params(model.params) to give "
+                f"them the new ones", ParamsNotUpdatedWarning, stacklevel=3)
 
     def __repr__(self) -> str:
         sizes = ", ".join(f"{k}={list(v.shape)}" for k, v in self.param_specs.items())

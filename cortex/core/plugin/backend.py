@@ -34,7 +34,15 @@ class Renderer(ABC):
 
     C-family targets share one renderer in core and differ only by
     ``Capabilities.dialect``; a plugin writes its own renderer only for a non-C form.
+
+    ``cache_sources = True`` lets the pipeline keep this renderer's sources on disk
+    (:mod:`cortex.core.stage_cache`), keyed by the program, the renderer's attributes and the
+    code of its package: set it when :meth:`render` is a pure function of those, its
+    attributes have a value ``repr`` and its sources pickle (a ``str`` subclass whose extra
+    attributes are IR nodes and builtin values).
     """
+
+    cache_sources: bool = False
 
     @abstractmethod
     def render(self, program: Any) -> Source:

@@ -128,6 +128,17 @@ class Outputs:
         read = self.nodes if self.every_node else self.root
         return {s: read(s) for s in self.outputs}
 
+    def for_input(self, b: int) -> dict[str, np.ndarray]:
+        """Input ``b``'s declared outputs (fresh arrays): ``{state: [*shape]}`` at its root,
+        or ``{state: [n_b, *shape]}`` (its nodes, as :meth:`of`) for ``every_node`` outputs.
+        What ``exe.map`` yields per input."""
+        if self.every_node:
+            return {s: self.of(b, s) for s in self.outputs}
+        if not isinstance(b, (int, np.integer)) or not 0 <= b < self.batch_size:
+            raise IndexError(f"input index {b!r} out of range for a batch of {self.batch_size}")
+        root = int(self.batch.roots[int(b)])
+        return {s: self._state(s)[root].copy() for s in self.outputs}
+
     def __repr__(self) -> str:
         shapes = ", ".join(f"{k}{list(v.shape)}" for k, v in self._states.items())
         return f"Outputs(batch={self.batch_size}, nodes={self.num_nodes}, {self.dtype}: {shapes})"
