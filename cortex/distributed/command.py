@@ -4,13 +4,14 @@ Pipeline position: the command line's way into :func:`cortex.distributed.job.run
 ``cortex/cli.py`` adds the subcommand with :func:`add_run_parser` and calls
 :func:`run_command`; nothing here imports Ray until a run starts.
 
-    cortex run --model ChildSumTreeLSTM:hidden=64,embed=32,vocab=ast src/ out.parquet \\
+    cortex run ChildSumTreeLSTM:hidden=64,embed=32,vocab=ast src/ out.parquet \\
         --unit function                         # every function below src/, this machine
-    cortex run --model ... in.parquet out.parquet --address ray://head:10001   # a cluster
+    cortex run model.cortex in.parquet out.parquet --address ray://head:10001   # a cluster
 
-Without ``--address`` Ray starts on this machine (``ray.init()``, every core); ``--address``
-joins a running cluster (``auto``, ``ray://host:10001``). ``--actors`` defaults to the cluster's
-CPUs divided by ``--threads``.
+MODEL is a file ``exe.save`` wrote (compiled as saved), a file ``model.save`` wrote, or a zoo
+spec (those two compile for ``--target`` with ``--option``s). Without ``--address`` Ray starts
+on this machine (``ray.init()``, every core); ``--address`` joins a running cluster (``auto``,
+``ray://host:10001``). ``--actors`` defaults to the cluster's CPUs divided by ``--threads``.
 """
 
 from __future__ import annotations
@@ -32,17 +33,17 @@ def add_run_parser(commands: Any) -> argparse.ArgumentParser:
                     "(this machine or a cluster); root states to a Parquet file",
         description="Run a compiled model over every row of INPUT with a pool of Ray actors "
                     "and write each row's id, root states and error (if any) to OUTPUT.")
+    run.add_argument("model",
+                     help="a saved executable (exe.save), a saved model (model.save), or a zoo "
+                          "spec Name:key=value,... (ChildSumTreeLSTM:hidden=64,embed=32,vocab=ast)")
     run.add_argument("input", type=Path,
                      help="a Parquet file (or folder of them), or a folder of Python files")
     run.add_argument("output", type=Path, help="the Parquet file to write")
-    run.add_argument("--model", required=True,
-                     help="a zoo model spec, Name:key=value,... "
-                          "(e.g. ChildSumTreeLSTM:hidden=64,embed=32,vocab=ast)")
-    run.add_argument("--weights", type=Path, help="the model's weights (.npz, Model.save_npz); "
+    run.add_argument("--weights", type=Path, help="a zoo spec's weights (.npz, Model.save_npz); "
                                                   "default: its seeded random weights")
-    run.add_argument("--target", default="llvm", help="target to compile for (default: llvm)")
+    run.add_argument("--target", help="target to compile a model for (default: llvm)")
     run.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                     help="a compile option (repeatable), e.g. --option opt_level=2")
+                     help="a compile option for a model (repeatable), e.g. --option opt_level=2")
     run.add_argument("--threads", type=int, default=1,
                      help="CPU threads per actor (default: 1)")
     run.add_argument("--actors", type=int,
@@ -115,14 +116,15 @@ def _start_ray(address: str | None) -> bool:
 
 def run_command(args: argparse.Namespace) -> int:
     """``cortex run``: 0 on success (rows that failed are records in the output), 1 on error."""
-    from cortex.distributed.commit import CommitError
+    from cortex.distributed.commit import CommitError, check_destination
     from cortex.distributed.job import RowError, run_inference
-    from cortex.distributed.sources import CompileRecipe, model_from_spec
+    from cortex.distributed.sources import load_source
 
     started = False
     try:
-        source = CompileRecipe(model_from_spec(args.model, args.weights), target=args.target,
-                               options=_options(args.option), threads=args.threads)
+        check_destination(args.output, args.overwrite)
+        source = load_source(args.model, threads=args.threads, target=args.target,
+                             options=_options(args.option), weights=args.weights)
         source.check()
         vocab = None
         if args.vocab is not None:

@@ -45,6 +45,17 @@ def _sample(values: Any, limit: int = 5) -> str:
     return f"{shown}{more}"
 
 
+def check_destination(path: str | Path, overwrite: bool = False) -> Path:
+    """``path`` as a Path, after checking that its folder exists and that it does not (unless
+    ``overwrite``)."""
+    path = Path(path)
+    if path.exists() and not overwrite:
+        raise FileExistsError(f"{path} exists; remove it or allow overwriting")
+    if not path.parent.is_dir():
+        raise FileNotFoundError(f"no directory {path.parent} for the output")
+    return path
+
+
 def check_unique_ids(ids: Any, column: str = "id") -> None:
     """Raise ``ValueError`` when the input's ``ids`` (a pyarrow array) have nulls or repeats:
     exactly-once is defined by id."""
@@ -63,11 +74,7 @@ class ExactlyOnceWriter:
 
     def __init__(self, path: str | Path, *, id_column: str = "id", error_column: str = "error",
                  overwrite: bool = False, metadata: dict[str, str] | None = None) -> None:
-        self.path = Path(path)
-        if self.path.exists() and not overwrite:
-            raise FileExistsError(f"{self.path} exists; remove it or allow overwriting")
-        if not self.path.parent.is_dir():
-            raise FileNotFoundError(f"no directory {self.path.parent} for the output")
+        self.path = check_destination(path, overwrite)
         self.id_column, self.error_column = id_column, error_column
         self.metadata = metadata or {}
         self.tmp = self.path.parent / f".{self.path.name}.{uuid.uuid4().hex}.tmp"

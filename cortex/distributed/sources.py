@@ -1,22 +1,29 @@
 """Where a worker gets its executable: a recipe it compiles once, in its own process.
 
 Pipeline position: the first thing a distributed worker (:mod:`cortex.distributed.worker`) does
-is ``source.build()``, which runs the whole compile pipeline (``cortex.compile``) on the worker's
-machine. What travels to the worker is the *source*, not an executable: an executable holds
-native code and device buffers that do not pickle, and native code built on the driver's CPU
-need not run on a worker's. A source is small and picklable — a model's weights, a target name
-and compile options — and every worker compiles for its own CPU (``cpu="host"``).
+is ``source.build()``, which runs the compile pipeline on the worker's machine. What travels to
+the worker is the *source*, not a live executable: native code built on the driver's CPU need
+not run on a worker's. A source is picklable — a model's weights, a target and compile options,
+and for a saved executable the compiled artifacts too — and every worker compiles for its own
+CPU (``cpu="host"``), warm where the disk cache or the shipped artifacts fit it.
 
-:class:`ExecutableSource` is the contract (``build``, ``check``, ``threads``, ``describe``), so
-other sources — an executable saved to disk and loaded on the worker — plug in without touching
-the worker. :class:`CompileRecipe` is the one built here: a model object, a target and its
-options. :func:`model_from_spec` makes a zoo model from a command-line spec such as
-``ChildSumTreeLSTM:hidden=64,embed=32,vocab=ast``.
+:class:`ExecutableSource` is the contract (``build``, ``check``, ``threads``, ``describe``);
+two sources implement it:
+
+* :class:`CompileRecipe`: a model object, a target and its options, compiled in each worker
+  (the second worker on a machine finds the first one's compile in the disk cache);
+* :class:`SavedExecutable`: an executable that exists already (``exe.save``/``cortex.load``, or
+  one compiled in the driver): its recipe, params and compiled artifacts — what pickling an
+  executable carries — rebuilt in each worker with the worker's thread count.
+
+:func:`load_source` makes one from the command line's MODEL: a saved executable, a saved model
+file, or a zoo spec such as ``ChildSumTreeLSTM:hidden=64,embed=32,vocab=ast``
+(:func:`model_from_spec`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Protocol, runtime_checkable
 
@@ -56,8 +63,7 @@ class CompileRecipe:
     threads: int = 1
 
     def __post_init__(self) -> None:
-        if not isinstance(self.threads, int) or isinstance(self.threads, bool) or self.threads < 1:
-            raise ValueError(f"threads must be an integer >= 1 (CPUs per worker), got {self.threads!r}")
+        _check_threads(self.threads)
         if "threads" in self.options and self.options["threads"] != self.threads:
             raise ValueError(f"give the thread count once: threads={self.threads} but "
                              f"options has threads={self.options['threads']!r}")
@@ -65,13 +71,7 @@ class CompileRecipe:
     def compile_options(self) -> dict[str, Any]:
         """The options ``cortex.compile`` gets: ``options`` plus ``threads`` where the
         target takes it."""
-        from cortex.core.api import resolve_target
-
-        target, _ = resolve_target(self.target)
-        options = dict(self.options)
-        if any(o.name == "threads" for o in target.options):
-            options["threads"] = self.threads
-        return options
+        return with_threads(self.target, self.options, self.threads)
 
     def check(self) -> None:
         """The target is known and enabled here, the options valid, the model traces."""
@@ -91,6 +91,96 @@ class CompileRecipe:
     def describe(self) -> str:
         options = ", ".join(f"{k}={v!r}" for k, v in sorted(self.compile_options().items()))
         return f"{type(self.model).__name__} compiled for {self.target} ({options})"
+
+
+def _check_threads(threads: Any) -> None:
+    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
+        raise ValueError(f"threads must be an integer >= 1 (CPUs per worker), got {threads!r}")
+
+
+def with_threads(target: str, options: Mapping[str, Any], threads: int) -> dict[str, Any]:
+    """``options`` with ``threads`` set where ``target`` has that option (``llvm``)."""
+    from cortex.core.api import resolve_target
+
+    resolved, _ = resolve_target(target)
+    options = dict(options)
+    if any(o.name == "threads" for o in resolved.options):
+        options["threads"] = threads
+    return options
+
+
+@dataclass(frozen=True)
+class SavedExecutable:
+    """An executable's recipe, params and compiled artifacts (``cortex.core.persist``),
+    rebuilt in each worker: warm where the artifacts' keys fit the worker's machine, compiled
+    again from the recipe where they do not. The target option ``threads`` becomes
+    ``threads``, as for :class:`CompileRecipe`. Make one with :meth:`of`."""
+
+    recipe: Any
+    params: Mapping[str, Any]
+    entries: Mapping[tuple[str, str], bytes]
+    threads: int = 1
+
+    def __post_init__(self) -> None:
+        _check_threads(self.threads)
+
+    @classmethod
+    def of(cls, exe: Any, threads: int = 1) -> "SavedExecutable":
+        """The source of ``exe`` (compiled here or loaded with ``cortex.load``)."""
+        from cortex.core.persist import PersistError
+
+        recipe = getattr(exe, "recipe", None)
+        if recipe is None or recipe.problem:
+            why = recipe.problem if recipe is not None else "it was not made by cortex.compile"
+            raise PersistError(f"cannot ship this executable to workers: {why}")
+        entries = {(e.namespace, e.key): e.data for e in exe.cache_entries}
+        return cls(recipe, dict(exe.params_snapshot), entries, threads)
+
+    def _recipe(self) -> Any:
+        return replace(self.recipe, target_options=with_threads(
+            self.recipe.target, self.recipe.target_options, self.threads))
+
+    def check(self) -> None:
+        from cortex.core.api import resolve_target
+
+        resolve_target(self.recipe.target, self._recipe().target_options)
+
+    def build(self) -> Any:
+        from cortex.core.persist import rebuild
+
+        return rebuild(self._recipe(), self.params, self.entries)
+
+    def describe(self) -> str:
+        recipe = self._recipe()
+        options = ", ".join(f"{k}={v!r}" for k, v in sorted(recipe.target_options.items()))
+        return (f"{recipe.model_name or recipe.model_class} saved for {recipe.target} "
+                f"({options})")
+
+
+def load_source(model: str, *, threads: int = 1, target: str | None = None,
+                options: Mapping[str, Any] | None = None,
+                weights: str | Path | None = None) -> Any:
+    """The source for ``model``: a file ``exe.save`` wrote (its target and options are the
+    saved ones: ``target``/``options``/``weights`` must not be given), a file ``model.save``
+    wrote, or a zoo spec (:func:`model_from_spec`, with ``weights``); those two compile for
+    ``target`` (default ``llvm``) with ``options``."""
+    import cortex
+    from cortex.core.frontend.model import Model
+
+    if Path(model).is_file():
+        loaded = cortex.load(model)
+        if not isinstance(loaded, Model):
+            if target is not None or options or weights is not None:
+                raise ValueError(f"{model} is a saved executable: it has its target, options "
+                                 f"and weights (save the model with model.save to choose them)")
+            return SavedExecutable.of(loaded, threads)
+        if weights is not None:
+            raise ValueError(f"{model} is a saved model: it has its weights")
+    else:
+        if Path(model).suffix in (".cortex", ".zip") or "/" in model:
+            raise FileNotFoundError(f"no model file {model}")
+        loaded = model_from_spec(model, weights)
+    return CompileRecipe(loaded, target or "llvm", dict(options or {}), threads)
 
 
 def spec_value(name: str, text: str) -> Any:

@@ -29,6 +29,7 @@ from cortex.distributed import (CommitError, CompileRecipe, ExactlyOnceWriter,  
 from cortex.distributed.commit import check_unique_ids  # noqa: E402
 from cortex.distributed.inputs import function_source  # noqa: E402
 from cortex.distributed.rows import choose_form  # noqa: E402
+from cortex.distributed.sources import SavedExecutable, load_source  # noqa: E402
 from cortex.models import ChildSumTreeLSTM, MVRNN  # noqa: E402
 
 
@@ -81,6 +82,38 @@ def test_recipe_threads_become_the_target_option() -> None:
         CompileRecipe(model, options={"threads": 4})
     with pytest.raises(cortex.InvalidOptionError, match="opt_level"):
         CompileRecipe(model, options={"opt_level": 9}).check()
+
+
+def test_a_saved_executable_is_rebuilt_with_the_workers_threads(tmp_path) -> None:
+    import pickle
+
+    model = ChildSumTreeLSTM(hidden=8, embed=4, vocab=AST_VOCAB_SIZE, seed=5)
+    exe = cortex.compile(model, target="llvm", threads=2, opt_level=2)
+    exe.save(tmp_path / "model.cortex")
+    source = load_source(str(tmp_path / "model.cortex"), threads=1)
+    assert isinstance(source, SavedExecutable)
+    described = source.describe()
+    assert described.startswith("ChildSumTreeLSTM saved for llvm (")
+    assert "opt_level=2" in described and "threads=1" in described
+    source.check()
+    rebuilt = pickle.loads(pickle.dumps(source)).build()  # what a worker does
+    assert rebuilt.options["threads"] == 1 and rebuilt.options["opt_level"] == 2
+    trees = [ast_tree("def f(x):\n    return x * 2\n"), ast_tree("y = [1, 2]")]
+    np.testing.assert_array_equal(rebuilt(trees).root("h"), exe(trees).root("h"))
+    with pytest.raises(ValueError, match="is a saved executable: it has its target"):
+        load_source(str(tmp_path / "model.cortex"), target="numpy")
+
+
+def test_a_saved_model_or_a_spec_compiles_for_the_target(tmp_path) -> None:
+    model = ChildSumTreeLSTM(hidden=4, embed=2, vocab=5, seed=1)
+    model.save(tmp_path / "m.cortex")
+    source = load_source(str(tmp_path / "m.cortex"), target="numpy", threads=2)
+    assert isinstance(source, CompileRecipe) and source.target == "numpy"
+    np.testing.assert_array_equal(source.model.params["U_o"], model.params["U_o"])
+    spec = load_source("ChildSumTreeLSTM:hidden=4,embed=2,vocab=5", options={"opt_level": 1})
+    assert spec.compile_options() == {"opt_level": 1, "threads": 1}
+    with pytest.raises(FileNotFoundError, match="no model file"):
+        load_source(str(tmp_path / "missing.cortex"))
 
 
 # ---- rows and the worker ---------------------------------------------------------------------

@@ -105,15 +105,17 @@ def test_fail_fast_fails_the_run_and_writes_nothing(source, tmp_path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
-def test_cli_runs_a_folder_of_python_files(tmp_path, capsys) -> None:
+def test_cli_runs_a_saved_executable_over_a_folder_of_python_files(source, tmp_path,
+                                                                   capsys) -> None:
+    source.build().save(tmp_path / "model.cortex")
     folder = tmp_path / "src"
     (folder / "pkg").mkdir(parents=True)
     (folder / "a.py").write_text("def f(x):\n    return x + 1\n\n\ndef g():\n    pass\n")
     (folder / "pkg" / "b.py").write_text("class C:\n    def m(self):\n        return [1, 2]\n")
     (folder / "bad.py").write_text("def (:\n")
     out = tmp_path / "out.parquet"
-    code = main(["run", str(folder), str(out), "--model", SPEC, "--unit", "function",
-                 "--actors", "1", "--batch-size", "2", "--json", "--no-progress"])
+    code = main(["run", str(tmp_path / "model.cortex"), str(folder), str(out), "--unit",
+                 "function", "--actors", "1", "--batch-size", "2", "--json", "--no-progress"])
     assert code == 0
     report = json.loads(capsys.readouterr().out)
     assert (report["rows"], report["errors"], report["actors"]) == (4, 1, 1)
@@ -121,25 +123,28 @@ def test_cli_runs_a_folder_of_python_files(tmp_path, capsys) -> None:
     assert sorted(got) == ["a.py:1:f", "a.py:5:g", "bad.py", "pkg/b.py:2:C.m"]
     assert got["bad.py"][2].startswith("ParseError")
     assert len(got["a.py:1:f"][0]) == 32
+    assert report["source"].startswith("ChildSumTreeLSTM saved for llvm (")
     # the output exists: a second run refuses to replace it unless told to
-    assert main(["run", str(folder), str(out), "--model", SPEC, "--no-progress"]) == 1
+    assert main(["run", SPEC, str(folder), str(out), "--no-progress"]) == 1
     assert "exists" in capsys.readouterr().err
 
 
-def test_cli_runs_a_parquet_file_of_parent_arrays(tmp_path, capsys) -> None:
+def test_cli_runs_a_saved_model_over_a_parquet_file_of_parent_arrays(tmp_path, capsys) -> None:
     rows = pa.table({"parents": [[-1, 0, 0], [1, -1], [-1, 0, 1]],
                      "words": [[1, 2, 3], [4, 5], [2, 2, 2]]})
     pq.write_table(rows, tmp_path / "in.parquet")
-    spec = "ChildSumTreeLSTM:hidden=8,embed=4,vocab=6"
-    code = main(["run", str(tmp_path / "in.parquet"), str(tmp_path / "out.parquet"),
-                 "--model", spec, "--states", "h", "--actors", "1", "--no-progress"])
+    model = model_from_spec("ChildSumTreeLSTM:hidden=8,embed=4,vocab=6,seed=2")
+    model.save(tmp_path / "model.cortex")
+    code = main(["run", str(tmp_path / "model.cortex"), str(tmp_path / "in.parquet"),
+                 str(tmp_path / "out.parquet"), "--states", "h", "--actors", "1",
+                 "--no-progress"])
     assert code == 0, capsys.readouterr().err
     table = pq.read_table(tmp_path / "out.parquet")
     assert table.column_names == ["id", "h", "error"]
     assert sorted(table.column("id").to_pylist()) == [0, 1, 2]  # row numbers as ids
     from cortex.data import ParentArray
 
-    exe = CompileRecipe(model_from_spec(spec)).build()
+    exe = CompileRecipe(model).build()
     want = exe([ParentArray(p, words=w) for p, w in zip(rows.column("parents").to_pylist(),
                                                         rows.column("words").to_pylist())])
     got = dict(zip(table.column("id").to_pylist(), table.column("h").to_pylist()))
