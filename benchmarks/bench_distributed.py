@@ -10,10 +10,15 @@ rounds (the order rotates each round) on one local Ray cluster:
   Python process without Ray, batch by batch — what a plain script does;
 * ``ray_1`` / ``ray_2``: ``run_inference`` with a pool of 1 / 2 actors, output to Parquet.
 
-Per run it records the wall time from start to committed output (``end_to_end``: Ray's part
-includes materializing the input, starting the actors and their compiles; ``single``'s includes
-its compile) and the steady rate (``steady``: rows per second while the output went from 10% to
-90% of the rows, from the times each batch's output reached the driver). The JSON gives every run, the medians, the ratios to ``single`` and the load average
+Per run it records three rates, in trees per second:
+
+* ``end_to_end``: all rows over the wall time from start to committed output (Ray's includes
+  materializing the input, starting the actors and their compiles; ``single``'s its compile);
+* ``steady``: the rows after the first batch over the wall time from the first output to the
+  last (the pool at work, startup excluded);
+* ``per_cpu_s``: the same rows over the CPU time the workers spent on them (``process_time``
+  in the single process; for actors, user + system time from ``/proc/<pid>/stat`` sampled at
+  each output): what a tree costs a core, which the load of a shared machine changes little. The JSON gives every run, the medians, the ratios to ``single`` and the load average
 before and after each run, since the machine may be shared.
 
 Usage: ``python benchmarks/bench_distributed.py [--trees 4000] [--rounds 3] [--out b.json]``
@@ -36,14 +41,29 @@ SCHEMA = "cortex-bench-distributed/1"
 CONTENDERS = ("single", "ray_1", "ray_2")
 
 
-def steady_rate(marks: list[tuple[float, int]], total: int) -> float:
-    """Rows per second between the first output mark at >= 10% of ``total`` rows and the last
-    at <= 90% (``marks``: (time, rows done) after each output)."""
-    inside = [m for m in marks if 0.1 * total <= m[1] <= 0.9 * total]
-    if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
-        return float("nan")
-    (t0, r0), (t1, r1) = inside[0], inside[-1]
-    return (r1 - r0) / (t1 - t0)
+def rates(marks: list[tuple[float, float, int]]) -> dict[str, float]:
+    """``steady`` and ``per_cpu_s`` from ``marks``: (wall time, worker CPU seconds, rows done)
+    after each output; the first mark (startup and the first batch) is the origin."""
+    (t0, c0, r0), (t1, c1, r1) = marks[0], marks[-1]
+    nan = float("nan")
+    return {"steady": (r1 - r0) / (t1 - t0) if t1 > t0 else nan,
+            "per_cpu_s": (r1 - r0) / (c1 - c0) if c1 > c0 else nan}
+
+
+def actor_cpu_seconds() -> dict[int, float]:
+    """User + system CPU seconds of every live actor process of a run's pool (Linux)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    found = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            title = (entry / "cmdline").read_bytes()
+            if not title.startswith(b"ray::MapWorker(MapBatches(InferenceWorker))"):
+                continue
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        found[int(entry.name)] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return found
 
 
 def run_single(source: Any, table: Any, batch_size: int) -> dict[str, float]:
@@ -58,10 +78,11 @@ def run_single(source: Any, table: Any, batch_size: int) -> dict[str, float]:
     marks = []
     for i in range(0, table.num_rows, batch_size):
         worker({"id": ids[i:i + batch_size], "source": texts[i:i + batch_size]})
-        marks.append((time.perf_counter(), min(i + batch_size, table.num_rows)))
+        marks.append((time.perf_counter(), time.process_time(),
+                      min(i + batch_size, table.num_rows)))
     end = time.perf_counter()
-    return {"end_to_end": table.num_rows / (end - start),
-            "steady": steady_rate(marks, table.num_rows), "startup_s": first - start}
+    return {"end_to_end": table.num_rows / (end - start), **rates(marks),
+            "startup_s": first - start}
 
 
 def run_single_process(trees: int, batch_size: int, spec: str) -> dict[str, float]:
@@ -76,15 +97,25 @@ def run_ray(source: Any, table: Any, batch_size: int, actors: int) -> dict[str, 
     from cortex.distributed import run_inference, to_dataset
 
     marks: list[tuple[float, int]] = []
+    cpu: dict[int, list[float]] = {}  # per actor: its CPU seconds at the first and last output
+
+    def progress(p: Any) -> None:
+        if p.done:
+            return
+        marks.append((time.perf_counter(), p.rows))
+        for pid, seconds in actor_cpu_seconds().items():
+            cpu.setdefault(pid, [seconds, seconds])[1] = seconds
+
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
         report = run_inference(to_dataset(table, batch_size), source, Path(tmp) / "out.parquet",
-                               actors=actors, batch_size=batch_size,
-                               progress=lambda p: marks.append((time.perf_counter(), p.rows)))
+                               actors=actors, batch_size=batch_size, progress=progress)
         end = time.perf_counter()
     assert report.rows == table.num_rows and report.errors == 0, report
+    spent = sum(last - first for first, last in cpu.values())
     return {"end_to_end": table.num_rows / (end - start),
-            "steady": steady_rate(marks, table.num_rows), "startup_s": report.startup_seconds}
+            **rates([(marks[0][0], 0.0, marks[0][1]), (marks[-1][0], spent, marks[-1][1])]),
+            "startup_s": report.startup_seconds}
 
 
 def workload(trees: int, spec: str) -> tuple[Any, Any]:
@@ -111,13 +142,15 @@ def benchmark(trees: int, rounds: int, batch_size: int, spec: str) -> dict[str, 
                 result = run_ray(source, table, batch_size, int(name[-1]))
             result.update(round=r, load_before=load_before, load_after=os.getloadavg()[0])
             runs[name].append(result)
-            print(f"round {r} {name:7}: {result['end_to_end']:7.0f} trees/s end to end, "
-                  f"{result['steady']:7.0f} steady, load {load_before:.1f}", file=sys.stderr)
+            print(f"round {r} {name:7}: {result['end_to_end']:6.0f} trees/s end to end, "
+                  f"{result['steady']:6.0f} steady, {result['per_cpu_s']:6.0f} per CPU-s, "
+                  f"load {load_before:.1f}", file=sys.stderr)
+    keys = ("end_to_end", "steady", "per_cpu_s")
     medians = {name: {key: statistics.median(run[key] for run in rs)
-                      for key in ("end_to_end", "steady", "startup_s")}
+                      for key in keys + ("startup_s", "load_before")}
                for name, rs in runs.items()}
-    ratios = {name: {key: medians[name][key] / medians["single"][key]
-                     for key in ("end_to_end", "steady")} for name in CONTENDERS}
+    ratios = {name: {key: medians[name][key] / medians["single"][key] for key in keys}
+              for name in CONTENDERS}
     return {
         "schema": SCHEMA,
         "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
