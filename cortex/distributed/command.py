@@ -103,25 +103,18 @@ def _rows(args: argparse.Namespace) -> Any:
     return python_rows(args.input, args.unit)
 
 
-def _start_ray(address: str | None) -> bool:
-    """Connect to ``address`` or start Ray here; True when this call started it."""
-    from cortex.distributed.job import require_ray
-
-    ray = require_ray()
-    if ray.is_initialized():
-        return False
-    ray.init(address=address, logging_level="WARNING")
-    return True
-
-
 def run_command(args: argparse.Namespace) -> int:
     """``cortex run``: 0 on success (rows that failed are records in the output), 1 on error."""
     from cortex.distributed.commit import CommitError, check_destination
-    from cortex.distributed.job import RowError, run_inference
+    from cortex.distributed.inputs import to_dataset
+    from cortex.distributed.job import RowError, require_ray, run_inference
+    from cortex.distributed.rows import input_columns
     from cortex.distributed.sources import load_source
 
-    started = False
+    ray = None
+    started = False  # Ray started here, and stopped here
     try:
+        ray = require_ray()
         check_destination(args.output, args.overwrite)
         source = load_source(args.model, threads=args.threads, target=args.target,
                              options=_options(args.option), weights=args.weights)
@@ -132,14 +125,15 @@ def run_command(args: argparse.Namespace) -> int:
 
             vocab = Vocabulary.load(args.vocab)
         table = _rows(args)
-        started = _start_ray(args.address)
-        from cortex.distributed.inputs import to_dataset
-        import ray
-
+        read = input_columns(table.column_names, id_column=args.id_column, column=args.column,
+                             form=args.form, words_column=args.words_column)
+        if not ray.is_initialized():
+            ray.init(address=args.address, logging_level="WARNING")
+            started = True
         actors = args.actors or max(1, int(ray.cluster_resources().get("CPU", 1)) // args.threads)
         report = run_inference(
-            to_dataset(table, args.batch_size), source, args.output, column=args.column,
-            form=args.form, id_column=args.id_column, words_column=args.words_column,
+            to_dataset(table.select(read.names), args.batch_size), source, args.output,
+            column=read.column, form=read.form, id_column=read.id, words_column=read.words,
             states=args.states.split(",") if args.states else None, actors=actors,
             batch_size=args.batch_size, fail_fast=args.fail_fast, vocab=vocab,
             overwrite=args.overwrite, progress=not args.no_progress)
@@ -148,8 +142,6 @@ def run_command(args: argparse.Namespace) -> int:
         return 1
     finally:
         if started:
-            import ray
-
             ray.shutdown()
     data = {"output": str(report.output), "rows": report.rows, "errors": report.errors,
             "duplicates_dropped": report.duplicates_dropped, "actors": report.actors,

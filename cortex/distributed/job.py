@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from cortex.distributed.commit import ExactlyOnceWriter, check_unique_ids
 from cortex.distributed.progress import Progress, ProgressLine
-from cortex.distributed.rows import choose_form
+from cortex.distributed.rows import input_columns
 from cortex.distributed.worker import ERROR_COLUMN, InferenceWorker
 
 #: Blocks of input per actor at most: enough to balance the load, few enough that per-block
@@ -146,12 +146,8 @@ def run_inference(dataset: Any, source: Any, output: str | Path, *, column: str 
         raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
     source.check()
     columns = dataset.columns()
-    column, form = choose_form(columns, column, form)
-    if id_column not in columns:
-        raise ValueError(f"no id column {id_column!r} in the input's columns {columns}: every "
-                         f"row needs a unique id (add one, or name it)")
-    if words_column is None and form == "parents" and "words" in columns:
-        words_column = "words"
+    read = input_columns(columns, id_column=id_column, column=column, form=form,
+                         words_column=words_column)
     if not ray.is_initialized():
         ray.init()
     cpus = ray.cluster_resources().get("CPU", 0)
@@ -159,18 +155,20 @@ def run_inference(dataset: Any, source: Any, output: str | Path, *, column: str 
         raise ValueError(f"{actors} actors x {source.threads} threads need "
                          f"{actors * source.threads} CPUs; the Ray cluster has {cpus:g}")
     report = progress if callable(progress) else ProgressLine() if progress else None
-    metadata = {"cortex.source": source.describe(), "cortex.column": column, "cortex.form": form}
+    metadata = {"cortex.source": source.describe(), "cortex.column": read.column,
+                "cortex.form": read.form}
     started = time.perf_counter()
     with _quiet_ray_data(ray), ExactlyOnceWriter(
             output, id_column=id_column, error_column=ERROR_COLUMN, overwrite=overwrite,
             metadata=metadata) as writer:
-        keep = [id_column, column] + ([words_column] if words_column else [])
-        ready, ids = _prepare(dataset.select_columns(keep), id_column, batch_size, actors)
+        if sorted(read.names) != sorted(columns):  # no column travels to workers unread
+            dataset = dataset.select_columns(read.names)
+        ready, ids = _prepare(dataset, id_column, batch_size, actors)
         mapped = ready.map_batches(
             InferenceWorker, fn_constructor_args=(source,),
-            fn_constructor_kwargs=dict(column=column, form=form, id_column=id_column,
-                                       states=states, words_column=words_column, vocab=vocab,
-                                       freeze_gc=True),
+            fn_constructor_kwargs=dict(column=read.column, form=read.form,
+                                       id_column=id_column, states=states,
+                                       words_column=read.words, vocab=vocab, freeze_gc=True),
             batch_size=batch_size, batch_format="numpy",
             compute=ActorPoolStrategy(size=actors), num_cpus=source.threads)
         pool_started = time.perf_counter()

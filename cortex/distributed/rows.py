@@ -18,6 +18,7 @@ Python (Ray pickles them); files hold the other three.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Iterable
 
 import numpy as np
@@ -53,6 +54,37 @@ def choose_form(columns: Iterable[str], column: str | None = None,
             raise ValueError(f"give the form of column {column!r}: one of {', '.join(FORMS)}")
         form = FORM_OF_COLUMN[column]
     return column, form
+
+
+@dataclass(frozen=True)
+class InputColumns:
+    """Which columns of an input table a run reads, and how."""
+
+    id: str
+    column: str
+    form: str
+    words: str | None
+
+    @property
+    def names(self) -> list[str]:
+        return [self.id, self.column] + ([self.words] if self.words else [])
+
+
+def input_columns(columns: Iterable[str], *, id_column: str = "id", column: str | None = None,
+                  form: str | None = None, words_column: str | None = None) -> InputColumns:
+    """The columns of a table with ``columns`` that a run reads: the id (which must be there),
+    the structure (:func:`choose_form`) and, for parent arrays, the token ids (``words`` by
+    default, when present)."""
+    columns = list(columns)
+    column, form = choose_form(columns, column, form)
+    if id_column not in columns:
+        raise ValueError(f"no id column {id_column!r} in the input's columns {columns}: every "
+                         f"row needs a unique id (add one, or name it)")
+    if words_column is None and form == "parents" and "words" in columns:
+        words_column = "words"
+    if words_column is not None and words_column not in columns:
+        raise ValueError(f"words column {words_column!r} is not in the table's columns {columns}")
+    return InputColumns(id_column, column, form, words_column)
 
 
 def to_structure(value: Any, form: str, words: Any = None) -> Any:

@@ -28,7 +28,7 @@ from cortex.distributed import (CommitError, CompileRecipe, ExactlyOnceWriter,  
                                 InferenceWorker, model_from_spec, python_rows)
 from cortex.distributed.commit import check_unique_ids  # noqa: E402
 from cortex.distributed.inputs import function_source  # noqa: E402
-from cortex.distributed.rows import choose_form  # noqa: E402
+from cortex.distributed.rows import choose_form, input_columns  # noqa: E402
 from cortex.distributed.sources import SavedExecutable, load_source  # noqa: E402
 from cortex.models import ChildSumTreeLSTM, MVRNN  # noqa: E402
 
@@ -128,6 +128,16 @@ def test_form_comes_from_the_column_name() -> None:
         choose_form(["id", "text"], "text")
     with pytest.raises(ValueError, match="unknown input form"):
         choose_form(["id", "source"], form="xml")
+
+
+def test_input_columns_name_what_a_run_reads() -> None:
+    read = input_columns(["id", "parents", "words", "label"])
+    assert (read.form, read.names) == ("parents", ["id", "parents", "words"])
+    assert input_columns(["key", "source"], id_column="key").names == ["key", "source"]
+    with pytest.raises(ValueError, match="no id column 'id'"):
+        input_columns(["source"])
+    with pytest.raises(ValueError, match="words column 'tokens' is not in"):
+        input_columns(["id", "parents"], words_column="tokens")
 
 
 def test_worker_python_rows_match_the_executable(ast_source) -> None:

@@ -151,6 +151,23 @@ def test_cli_runs_a_saved_model_over_a_parquet_file_of_parent_arrays(tmp_path, c
     np.testing.assert_allclose(np.array([got[i] for i in range(3)]), want.root("h"), rtol=1e-6)
 
 
+def test_the_throughput_benchmark_runs() -> None:
+    """``benchmarks/bench_distributed.py`` at a tiny size, on this cluster (so it cannot rot)."""
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    sys.path.insert(0, str(root / "benchmarks"))
+    try:
+        from bench_distributed import CONTENDERS, SCHEMA, benchmark
+    finally:
+        sys.path.remove(str(root / "benchmarks"))
+    doc = benchmark(trees=96, rounds=1, batch_size=32, spec=SPEC)
+    assert doc["schema"] == SCHEMA and set(doc["runs"]) == set(CONTENDERS)
+    for name in CONTENDERS:
+        assert doc["median_trees_per_s"][name]["end_to_end"] > 0
+    assert doc["ratio_to_single"]["single"]["end_to_end"] == 1.0
+
+
 def _kill_a_busy_worker() -> int | None:
     """SIGKILL one actor process of the pool, one running a batch if there is one."""
     found = []
