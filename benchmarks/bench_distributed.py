@@ -18,7 +18,10 @@ Per run it records three rates, in trees per second:
   last (the pool at work, startup excluded);
 * ``per_cpu_s``: the same rows over the CPU time the workers spent on them (``process_time``
   in the single process; for actors, user + system time from ``/proc/<pid>/stat`` sampled at
-  each output): what a tree costs a core, which the load of a shared machine changes little. The JSON gives every run, the medians, the ratios to ``single`` and the load average
+  each output): what a tree costs a core, which the load of a shared machine changes little.
+
+Ray runs also record where the wall time went (``phases_s``): handing the table to Ray, preparing
+it (``RunReport.prepare_seconds``), pool start to first output, first to last output, commit. The JSON gives every run, the medians, the ratios to ``single`` and the load average
 before and after each run, since the machine may be shared.
 
 Usage: ``python benchmarks/bench_distributed.py [--trees 4000] [--rounds 3] [--out b.json]``
@@ -37,7 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-SCHEMA = "cortex-bench-distributed/1"
+SCHEMA = "cortex-bench-distributed/2"
 CONTENDERS = ("single", "ray_1", "ray_2")
 
 
@@ -100,22 +103,29 @@ def run_ray(source: Any, table: Any, batch_size: int, actors: int) -> dict[str, 
     cpu: dict[int, list[float]] = {}  # per actor: its CPU seconds at the first and last output
 
     def progress(p: Any) -> None:
+        marks.append((time.perf_counter(), p.rows))
         if p.done:
             return
-        marks.append((time.perf_counter(), p.rows))
         for pid, seconds in actor_cpu_seconds().items():
             cpu.setdefault(pid, [seconds, seconds])[1] = seconds
 
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
-        report = run_inference(to_dataset(table, batch_size), source, Path(tmp) / "out.parquet",
-                               actors=actors, batch_size=batch_size, progress=progress)
+        dataset = to_dataset(table, batch_size)
+        handed = time.perf_counter()
+        report = run_inference(dataset, source, Path(tmp) / "out.parquet", actors=actors,
+                               batch_size=batch_size, progress=progress)
         end = time.perf_counter()
     assert report.rows == table.num_rows and report.errors == 0, report
     spent = sum(last - first for first, last in cpu.values())
+    (t_first, r_first), (t_last, r_last) = marks[0], marks[-2]  # marks[-1]: the commit
     return {"end_to_end": table.num_rows / (end - start),
-            **rates([(marks[0][0], 0.0, marks[0][1]), (marks[-1][0], spent, marks[-1][1])]),
-            "startup_s": report.startup_seconds}
+            **rates([(t_first, 0.0, r_first), (t_last, spent, r_last)]),
+            "startup_s": report.startup_seconds,
+            "phases_s": {"to_ray": handed - start, "prepare": report.prepare_seconds,
+                         "pool_start_to_first_output": report.startup_seconds,
+                         "first_to_last_output": t_last - t_first,
+                         "commit": marks[-1][0] - t_last}}
 
 
 def workload(trees: int, spec: str) -> tuple[Any, Any]:
@@ -151,6 +161,9 @@ def benchmark(trees: int, rounds: int, batch_size: int, spec: str) -> dict[str, 
                for name, rs in runs.items()}
     ratios = {name: {key: medians[name][key] / medians["single"][key] for key in keys}
               for name in CONTENDERS}
+    phases = {name: {key: statistics.median(run["phases_s"][key] for run in rs)
+                     for key in rs[0]["phases_s"]}
+              for name, rs in runs.items() if "phases_s" in rs[0]}
     return {
         "schema": SCHEMA,
         "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -160,8 +173,9 @@ def benchmark(trees: int, rounds: int, batch_size: int, spec: str) -> dict[str, 
                      "ray": ray.__version__, "cluster_cpus": ray.cluster_resources().get("CPU"),
                      "host_cpus": os.cpu_count()},
         "runs": runs,
-        "median_trees_per_s": medians,
+        "medians": medians,
         "ratio_to_single": ratios,
+        "median_phases_s": phases,
     }
 
 

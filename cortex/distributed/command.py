@@ -146,6 +146,7 @@ def run_command(args: argparse.Namespace) -> int:
     data = {"output": str(report.output), "rows": report.rows, "errors": report.errors,
             "duplicates_dropped": report.duplicates_dropped, "actors": report.actors,
             "threads": report.threads, "source": report.source,
+            "prepare_seconds": round(report.prepare_seconds, 3),
             "startup_seconds": round(report.startup_seconds, 3),
             "seconds": round(report.seconds, 3),
             "rows_per_second": round(report.rows_per_second, 1)}

@@ -59,8 +59,9 @@ class RowError(ValueError):
 
 @dataclass(frozen=True)
 class RunReport:
-    """What a run did. ``startup_seconds``: from starting the pool to the first output (actor
-    start and compile); ``seconds``: the whole run, input preparation and commit included."""
+    """What a run did. ``prepare_seconds``: materializing the input and checking its ids;
+    ``startup_seconds``: from starting the pool to the first output (actors starting and
+    compiling, the first batch); ``seconds``: the whole run, commit included."""
 
     output: Path
     rows: int
@@ -69,6 +70,7 @@ class RunReport:
     actors: int
     threads: int
     source: str
+    prepare_seconds: float
     startup_seconds: float
     seconds: float
 
@@ -187,4 +189,4 @@ def run_inference(dataset: Any, source: Any, output: str | Path, *, column: str 
         report(Progress(committed.rows, len(ids), committed.errors, seconds, done=True))
     return RunReport(committed.path, committed.rows, committed.errors,
                      committed.duplicates_dropped, actors, source.threads, source.describe(),
-                     (first or time.perf_counter()) - pool_started, seconds)
+                     pool_started - started, (first or pool_started) - pool_started, seconds)

@@ -164,8 +164,9 @@ def test_the_throughput_benchmark_runs() -> None:
     doc = benchmark(trees=96, rounds=1, batch_size=32, spec=SPEC)
     assert doc["schema"] == SCHEMA and set(doc["runs"]) == set(CONTENDERS)
     for name in CONTENDERS:
-        assert doc["median_trees_per_s"][name]["end_to_end"] > 0
+        assert doc["medians"][name]["end_to_end"] > 0
     assert doc["ratio_to_single"]["single"]["end_to_end"] == 1.0
+    assert set(doc["median_phases_s"]) == {"ray_1", "ray_2"}
 
 
 def _kill_a_busy_worker() -> int | None:
