@@ -14,8 +14,8 @@ code. :func:`run_inference` does, on the driver:
 4. stream the workers' tables to the driver's :class:`~cortex.distributed.commit.ExactlyOnceWriter`,
    which commits the output file only with every input id exactly once.
 
-Ray itself is started by the caller (``ray.init()``; ``cortex run`` does it), or by Ray Data on
-first use with its defaults.
+Ray itself is started by the caller (``ray.init(...)``; ``cortex run`` does it), or here with
+``ray.init()``'s defaults when it is not running.
 """
 
 from __future__ import annotations
@@ -88,18 +88,21 @@ def _raise_first_error(table: Any, id_column: str) -> None:
 
 
 @contextlib.contextmanager
-def _quiet_ray_data(ray: Any) -> Iterator[None]:
-    """No Ray Data progress bars or start-up lines (they would interleave with ours)."""
-    context = ray.data.DataContext.get_current()
-    names = [n for n in ("enable_progress_bars", "print_on_execution_start") if hasattr(context, n)]
-    saved = {n: getattr(context, n) for n in names}
+def _quiet_ray_data(ray: Any, dataset: Any) -> Iterator[None]:
+    """No Ray Data progress bars or start-up lines (they would interleave with ours): off in
+    the current context and in ``dataset``'s own (a dataset keeps the context it was made in,
+    and so do the datasets made from it), as they were afterwards."""
+    contexts = {id(c): c for c in (ray.data.DataContext.get_current(),
+                                   getattr(dataset, "context", None)) if c is not None}
+    saved = [(c, n, getattr(c, n)) for c in contexts.values()
+             for n in ("enable_progress_bars", "print_on_execution_start") if hasattr(c, n)]
     try:
-        for n in names:
-            setattr(context, n, False)
+        for c, n, _ in saved:
+            setattr(c, n, False)
         yield
     finally:
-        for n, value in saved.items():
-            setattr(context, n, value)
+        for c, n, value in saved:
+            setattr(c, n, value)
 
 
 def _prepare(dataset: Any, id_column: str, batch_size: int, actors: int) -> tuple[Any, Any]:
@@ -160,7 +163,7 @@ def run_inference(dataset: Any, source: Any, output: str | Path, *, column: str 
     metadata = {"cortex.source": source.describe(), "cortex.column": read.column,
                 "cortex.form": read.form}
     started = time.perf_counter()
-    with _quiet_ray_data(ray), ExactlyOnceWriter(
+    with _quiet_ray_data(ray, dataset), ExactlyOnceWriter(
             output, id_column=id_column, error_column=ERROR_COLUMN, overwrite=overwrite,
             metadata=metadata) as writer:
         if sorted(read.names) != sorted(columns):  # no column travels to workers unread

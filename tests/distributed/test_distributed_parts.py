@@ -8,19 +8,14 @@ Needs pyarrow (the ``ray`` extra). Skipped with the reason where it is missing, 
 from __future__ import annotations
 
 import ast
-import os
 
 import numpy as np
 import pytest
+from ray_stack import require
 
-REQUIRED = "ray" in {n.strip() for n in os.environ.get("CORTEX_TEST_REQUIRE", "").split(",")}
-try:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-except ImportError as e:
-    if REQUIRED:
-        raise
-    pytest.skip(f"pyarrow is not installed (pip install 'cortex[ray]'): {e}", allow_module_level=True)
+require("pyarrow")
+import pyarrow as pa  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
 
 import cortex  # noqa: E402
 from cortex.data import AST_VOCAB_SIZE, Vocabulary, ast_tree  # noqa: E402

@@ -16,17 +16,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from ray_stack import require
 
-REQUIRED = "ray" in {n.strip() for n in os.environ.get("CORTEX_TEST_REQUIRE", "").split(",")}
-try:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    import ray
-    import ray.data
-except ImportError as e:
-    if REQUIRED:
-        raise
-    pytest.skip(f"Ray Data is not installed (pip install 'cortex[ray]'): {e}", allow_module_level=True)
+require("pyarrow", "ray.data")
+import pyarrow as pa  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+import ray  # noqa: E402
+import ray.data  # noqa: E402,F401
 
 from cortex.cli import main  # noqa: E402
 from cortex.distributed import (CompileRecipe, InferenceWorker, RowError,  # noqa: E402
