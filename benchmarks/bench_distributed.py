@@ -20,6 +20,10 @@ Per run it records three rates, in trees per second:
   in the single process; for actors, user + system time from ``/proc/<pid>/stat`` sampled at
   each output): what a tree costs a core, which the load of a shared machine changes little.
 
+``--commit-only`` measures the driver's committer alone (``commit`` in the full run's JSON too):
+rows of two states of hidden 64 in batches of 128 through ``ExactlyOnceWriter``, in rows per
+CPU-second — the bound the single committer puts on a cluster's output.
+
 Ray runs also record where the wall time went (``phases_s``): handing the table to Ray, preparing
 it (``RunReport.prepare_seconds``), pool start to first output, first to last output, commit. The JSON gives every run, the medians, the ratios to ``single`` and the load average
 before and after each run, since the machine may be shared.
@@ -128,6 +132,34 @@ def run_ray(source: Any, table: Any, batch_size: int, actors: int) -> dict[str, 
                          "commit": marks[-1][0] - t_last}}
 
 
+def measure_commit(rows: int, hidden: int = 64, batch: int = 128) -> dict[str, float]:
+    """``rows`` rows of ``h`` and ``c`` through the driver's committer, in batches."""
+    import numpy as np
+    import pyarrow as pa
+
+    from cortex.distributed import ExactlyOnceWriter
+
+    rng = np.random.default_rng(0)
+
+    def states(n: int) -> Any:
+        return pa.FixedSizeListArray.from_arrays(
+            pa.array(rng.random(n * hidden, dtype=np.float32)), hidden)
+
+    tables = [pa.table({"id": pa.array(np.arange(i, min(i + batch, rows))),
+                        "h": states(min(batch, rows - i)), "c": states(min(batch, rows - i)),
+                        "error": pa.nulls(min(batch, rows - i), pa.string())})
+              for i in range(0, rows, batch)]
+    with tempfile.TemporaryDirectory() as tmp:
+        wall, cpu = time.perf_counter(), time.process_time()
+        with ExactlyOnceWriter(Path(tmp) / "out.parquet") as writer:
+            for table in tables:
+                writer.write(table)
+            writer.commit(pa.array(np.arange(rows)))
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    return {"rows": rows, "hidden": hidden, "batch": batch, "wall_s": wall, "cpu_s": cpu,
+            "rows_per_cpu_s": rows / cpu if cpu > 0 else float("nan")}
+
+
 def workload(trees: int, spec: str) -> tuple[Any, Any]:
     """The rows (``trees`` standard-library functions) and the executable source."""
     from cortex.distributed import CompileRecipe, model_from_spec
@@ -176,6 +208,7 @@ def benchmark(trees: int, rounds: int, batch_size: int, spec: str) -> dict[str, 
         "medians": medians,
         "ratio_to_single": ratios,
         "median_phases_s": phases,
+        "commit": measure_commit(50 * trees),
     }
 
 
@@ -189,7 +222,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="write the JSON here (default: stdout)")
     parser.add_argument("--single", action="store_true",
                         help="run only the single-process contender, here; print its JSON")
+    parser.add_argument("--commit-only", action="store_true",
+                        help="measure only the driver's committer (50 x --trees rows)")
     args = parser.parse_args(argv)
+    if args.commit_only:
+        runs = [measure_commit(50 * args.trees) for _ in range(args.rounds)]
+        doc = {"schema": SCHEMA + "#commit", "command": " ".join(sys.argv),
+               "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+               "load_average": os.getloadavg()[0], "runs": runs,
+               "median_rows_per_cpu_s": statistics.median(r["rows_per_cpu_s"] for r in runs)}
+        return emit(doc, args.out)
     if args.single:
         table, source = workload(args.trees, args.model)
         print(json.dumps(run_single(source, table, args.batch_size)))
@@ -201,9 +243,14 @@ def main(argv: list[str] | None = None) -> int:
         doc = benchmark(args.trees, args.rounds, args.batch_size, args.model)
     finally:
         ray.shutdown()
+    return emit(doc, args.out)
+
+
+def emit(doc: dict[str, Any], out: Path | None) -> int:
+    """Write ``doc`` as JSON to ``out`` (stdout when None)."""
     text = json.dumps(doc, indent=2)
-    if args.out:
-        args.out.write_text(text + "\n")
+    if out:
+        out.write_text(text + "\n")
     else:
         print(text)
     return 0

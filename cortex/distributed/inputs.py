@@ -12,6 +12,9 @@ cluster instead, from Python (``ray.data.read_parquet`` and ``run_inference``).
   included, decorators included; id: ``path:line:qualified.name``). Rows are ``id`` and
   ``source`` (the form ``python``). A file that does not parse is one row whose source is the
   file, so the run reports it as that row's error.
+
+:func:`stdlib_function_rows` gives such rows for the functions of standard-library modules: a
+deterministic corpus of real Python for the tests and ``benchmarks/bench_distributed.py``.
 """
 
 from __future__ import annotations
@@ -123,12 +126,13 @@ def stdlib_function_rows(count: int) -> Any:
 def parquet_rows(path: str | Path, id_column: str = "id") -> Any:
     """The rows of a Parquet file (or folder of them), with row numbers as ``id_column``
     when the file has no such column."""
+    import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     table = pq.read_table(path)
     if id_column not in table.column_names:
-        table = table.append_column(id_column, pa.array(range(table.num_rows), pa.int64()))
+        table = table.append_column(id_column, pa.array(np.arange(table.num_rows, dtype=np.int64)))
     return table
 
 

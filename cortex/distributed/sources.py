@@ -113,8 +113,9 @@ def with_threads(target: str, options: Mapping[str, Any], threads: int) -> dict[
 class SavedExecutable:
     """An executable's recipe, params and compiled artifacts (``cortex.core.persist``),
     rebuilt in each worker: warm where the artifacts' keys fit the worker's machine, compiled
-    again from the recipe where they do not. The target option ``threads`` becomes
-    ``threads``, as for :class:`CompileRecipe`. Make one with :meth:`of`."""
+    again from the recipe where they do not. The recipe's target option ``threads`` (where
+    the target has it) is replaced by ``threads``, the CPUs each worker reserves, as for
+    :class:`CompileRecipe`. Make one with :meth:`of`."""
 
     recipe: Any
     params: Mapping[str, Any]
