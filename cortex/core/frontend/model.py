@@ -53,14 +53,30 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
+from cortex.core.errors import int_arg
 from cortex.core.frontend.graph import FLOAT_DTYPES, NodeInput, ParamSpec, StateSpec
-from cortex.core.frontend.model_errors import ModelDefinitionError
+from cortex.core.frontend.model_errors import ModelArgumentTypeError, ModelDefinitionError
+from cortex.core.linearize.structure import MAX_INDEX
 
 if TYPE_CHECKING:
     from cortex.core.frontend.graph import RecursiveGraph
     from cortex.core.frontend.trace import CaseBuilder, Sym
 
 INITS = ("uniform", "normal", "zeros", "ones", "identity_noise")
+
+
+def size_arg(owner: str, name: str, value: object) -> int:
+    """A model's size (``hidden``, ``vocab``, a dimension of a shape, ``arity``) as an int in
+    ``[1, 2^31 - 1]`` (the int32 indices of generated code): a float, a string or a bool is a
+    :class:`ModelArgumentTypeError` (also a ``TypeError``), anything out of range a
+    :class:`ModelDefinitionError`, both naming the model and the argument."""
+    return int_arg(owner, name, value, minimum=1, maximum=MAX_INDEX,
+                   error=ModelDefinitionError, type_error=ModelArgumentTypeError)
+
+
+def size_args(owner: str, **sizes: object) -> list[int | None]:
+    """:func:`size_arg` of every keyword in order; a None (an absent option) stays None."""
+    return [None if v is None else size_arg(owner, k, v) for k, v in sizes.items()]
 
 
 class ParamsNotUpdatedWarning(UserWarning):
@@ -87,16 +103,30 @@ class Model:
         outputs: tuple[str, ...] | None = None,
         every_node: bool = False,
     ) -> None:
-        dt = np.dtype(dtype).name
+        owner = type(self).__name__
+        try:
+            dt = np.dtype(dtype).name
+        except TypeError:
+            raise ModelArgumentTypeError(f"{owner}: dtype must be float32 or float64, got "
+                                         f"{dtype!r}") from None
         if dt not in FLOAT_DTYPES:
-            raise ModelDefinitionError(f"{type(self).__name__}: dtype must be float32 or float64, got {dt}")
-        if arity is not None and (not isinstance(arity, int) or arity < 1):
-            raise ModelDefinitionError(f"{type(self).__name__}: arity must be a positive int or None, got {arity!r}")
-        self.name = name or type(self).__name__
+            raise ModelDefinitionError(f"{owner}: dtype must be float32 or float64, got {dt}")
+        if arity is not None:
+            arity = size_arg(owner, "arity (a positive int, or None for variable arity)", arity)
+        seed = int_arg(owner, "seed", seed, minimum=0, error=ModelDefinitionError,
+                       type_error=ModelArgumentTypeError)
+        if name is not None and not isinstance(name, str):
+            raise ModelArgumentTypeError(f"{owner}: name must be a str, got {type(name).__name__}")
+        if not isinstance(every_node, (bool, np.bool_)):
+            raise ModelArgumentTypeError(f"{owner}: every_node must be a bool, got {every_node!r}")
+        if isinstance(outputs, str):
+            raise ModelArgumentTypeError(f"{owner}: outputs must be a tuple of state names, "
+                                         f"not the str {outputs!r}")
+        self.name = name or owner
         self.arity = arity
         self.dtype = dt
         self.seed = seed
-        self.every_node = every_node
+        self.every_node = bool(every_node)
         self._outputs = tuple(outputs) if outputs is not None else None
         self._rng = np.random.default_rng(seed)
         self.param_specs: dict[str, ParamSpec] = {}
@@ -110,11 +140,9 @@ class Model:
         self, name: str, shape: tuple[int, ...], *, init: str = "uniform", scale: float | None = None
     ) -> np.ndarray:
         """Declare a parameter and initialise it from the model's seeded generator."""
-        shape = tuple(int(d) for d in shape)
         if name in self.param_specs:
             raise ModelDefinitionError(f"{self.name}: parameter {name!r} declared twice")
-        if not shape or any(d < 1 for d in shape):
-            raise ModelDefinitionError(f"{self.name}: parameter {name!r} has bad shape {shape}")
+        shape = self._shape(f"parameter {name!r}", shape)
         if init not in INITS:
             raise ModelDefinitionError(f"{self.name}: unknown init {init!r} for {name!r} (known: {INITS})")
         if scale is None:
@@ -139,15 +167,24 @@ class Model:
     def add_state(self, name: str, shape: tuple[int, ...]) -> None:
         if name in self.states:
             raise ModelDefinitionError(f"{self.name}: state {name!r} declared twice")
-        self.states[name] = StateSpec(name, tuple(int(d) for d in shape), self.dtype)
+        self.states[name] = StateSpec(name, self._shape(f"state {name!r}", shape), self.dtype)
 
     def add_word_input(self, name: str, vocab: int) -> None:
         """A per-node token id in ``[0, vocab)`` (``LinearizedBatch.word_ids``)."""
-        self._add_input(NodeInput(name, "word", (), "int32", int(vocab)))
+        self._add_input(NodeInput(name, "word", (), "int32", size_arg(self.name, "vocab", vocab)))
 
     def add_feature_input(self, name: str, features: int) -> None:
         """A per-node dense feature vector ``[features]`` (``LinearizedBatch.features``)."""
-        self._add_input(NodeInput(name, "features", (int(features),), self.dtype))
+        self._add_input(NodeInput(name, "features", (size_arg(self.name, "features", features),),
+                                  self.dtype))
+
+    def _shape(self, what: str, shape: Any) -> tuple[int, ...]:
+        """A declared shape as a tuple of sizes (each checked by :func:`size_arg`)."""
+        if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
+            shape = (shape,)
+        if not isinstance(shape, (tuple, list)) or not shape:
+            raise ModelDefinitionError(f"{self.name}: {what} has bad shape {shape!r}")
+        return tuple(size_arg(self.name, f"shape {tuple(shape)} of {what}", d) for d in shape)
 
     def _add_input(self, inp: NodeInput) -> None:
         if self.node_inputs:

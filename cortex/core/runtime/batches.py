@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 
 import numpy as np
 
+from cortex.core.errors import int_arg
 from cortex.core.frontend.model_errors import ParamError
 from cortex.core.runtime.progress import bar
 
@@ -34,8 +35,7 @@ def stream(exe: "Executable", structures: Iterable[Any], *, batch_size: int = 64
            progress: bool = False, total: int | None = None,
            vocab: Any = None) -> Iterator[dict[str, np.ndarray]]:
     """``exe.map``: see :meth:`~cortex.core.runtime.executable.Executable.map`."""
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    batch_size = int_arg("Executable.map", "batch_size", batch_size)  # Cortex's error if not
     if total is None and hasattr(structures, "__len__"):
         total = len(structures)  # type: ignore[arg-type]
     return _stream(exe, iter(structures), batch_size, progress, total, vocab)

@@ -6,8 +6,10 @@ call only
 
 1. linearizes the structures (``cortex.core.linearize``) with the model's arity and its token
    vocabulary / feature size, so a structure that does not fit the model is rejected with the
-   linearizer's ``ValueError`` before any generated code runs (a ready ``LinearizedBatch`` is
-   validated instead);
+   linearizer's ``ValueError`` before any generated code runs. A ready ``LinearizedBatch``
+   (given to the call or to :meth:`Executable.run`) is validated instead, unless it is one the
+   linearizer made and sealed and nobody has changed since (``structure.py``: a few attribute
+   reads). No public method hands unchecked index arrays to native code;
 2. binds the batch to the program's index/input buffers and size symbols (``Lowered.bind_batch``,
    which checks the batch against the model: ``BatchMismatchError``, a ``ValueError``);
 3. stages them (``runtime.stage``: an upload, or nothing on a host runtime), takes the output
@@ -49,7 +51,7 @@ import numpy as np
 
 from cortex.core.frontend.graph import RecursiveGraph
 from cortex.core.linearize import linearize
-from cortex.core.linearize.structure import LinearizedBatch
+from cortex.core.linearize.structure import BatchTypeError, LinearizedBatch
 from cortex.core.loopir import Program, shape_function
 from cortex.core.loopir.interpret import np_dtype
 from cortex.core.lowering.schedule import Schedule
@@ -76,6 +78,16 @@ def linearize_options(graph: RecursiveGraph) -> dict[str, int | None]:
         elif inp.kind == "features":
             opts["feature_dim"] = int(inp.shape[0])
     return opts
+
+
+def _checked(batch: Any) -> None:
+    """Raise unless ``batch`` is a LinearizedBatch whose invariants hold: free for a sealed
+    batch (the linearizer's), a vectorized :meth:`LinearizedBatch.validate` for any other."""
+    if type(batch) is not LinearizedBatch and not isinstance(batch, LinearizedBatch):
+        raise BatchTypeError(f"run needs a LinearizedBatch (from exe.linearize or "
+                             f"cortex.core.linearize), got {type(batch).__name__}")
+    if not batch._is_sealed():
+        batch.validate()
 
 
 class Executable:
@@ -186,26 +198,32 @@ class Executable:
     # ---- calls -----------------------------------------------------------------------------
 
     def linearize(self, structures: Any, *, vocab: Any = None) -> LinearizedBatch:
-        """The batch a call would run: structures linearized and checked against the model."""
+        """The batch a call would run: structures linearized and checked against the model.
+        A ready :class:`LinearizedBatch` is validated (unless sealed) and returned as it is;
+        its fit to the model (arity, token ids, features) is checked by the call."""
         if isinstance(structures, LinearizedBatch):
-            # the structural invariants here; the fit to the model (arity, token ids,
-            # features) in ``Lowered.bind_batch``, which raises BatchMismatchError
-            structures.validate()
+            _checked(structures)
             return structures
         return linearize(structures, vocab=vocab, **self._linearize)
 
     def __call__(self, structures: Any, *, vocab: Any = None) -> Outputs:
         """Run the model on one structure or a list of them (a batch), or on a ready
         :class:`LinearizedBatch`; ``vocab`` maps string tokens to ids."""
-        batch = self.linearize(structures, vocab=vocab)
-        return self.run(batch)
+        if isinstance(structures, LinearizedBatch):
+            return self.run(structures)
+        batch = linearize(structures, vocab=vocab, **self._linearize)
+        with self._lock:
+            return self._run(batch)  # the linearizer's batch: sealed, nothing to check
 
     def run(self, batch: LinearizedBatch) -> Outputs:
-        """Run an already linearized and checked batch (see :meth:`linearize`). Safe to call
-        from several threads: calls of one executable run one at a time."""
+        """Run a linearized batch (see :meth:`linearize`). A batch that the linearizer made
+        runs as it is; any other is validated first (``LinearizedBatch.validate``: an
+        :class:`~cortex.core.linearize.structure.InvariantError`), and every batch is checked against
+        the model (``BatchMismatchError``). Safe to call from several threads: calls of one
+        executable run one at a time."""
+        _checked(batch)
         with self._lock:
             return self._run(batch)
-
     @property
     def table_rows(self) -> tuple[int, int] | None:
         """``(token ids whose table rows are computed, vocabulary size)``, or None when this
@@ -282,6 +300,8 @@ class Executable:
         return reduce_executable(self)
 
     def _run(self, batch: LinearizedBatch) -> Outputs:
+        """The call on a batch whose invariants hold (sealed or validated): no check of them
+        here, so this stays private; callers hold the lock."""
         runtime = self.backend.runtime
         inputs, sizes = self.lowered.bind_batch(batch)
         if self._tables is not None and not self._tables.complete:

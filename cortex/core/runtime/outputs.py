@@ -30,7 +30,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from cortex.core.linearize.structure import LinearizedBatch
+from cortex.core.linearize.structure import BatchTypeError, InvariantError, LinearizedBatch
 
 
 class Outputs:
@@ -38,6 +38,12 @@ class Outputs:
 
     def __init__(self, states: Mapping[str, np.ndarray], batch: LinearizedBatch,
                  outputs: Sequence[str], dtype: str, every_node: bool = False) -> None:
+        """``batch`` is validated unless the linearizer sealed it (its roots and node inputs
+        index the states); every state needs one row per node."""
+        if not isinstance(batch, LinearizedBatch):
+            raise BatchTypeError(f"Outputs needs a LinearizedBatch, got {type(batch).__name__}")
+        if not batch._is_sealed():
+            batch.validate()
         self._states = {name: np.ascontiguousarray(a) for name, a in states.items()}
         self.batch = batch
         self.outputs: tuple[str, ...] = tuple(outputs)
@@ -45,7 +51,7 @@ class Outputs:
         self.every_node = every_node
         for name, a in self._states.items():
             if a.shape[:1] != (batch.num_nodes,):
-                raise ValueError(f"state {name!r} has {a.shape[:1]} rows; the batch has "
+                raise InvariantError(f"state {name!r} has {a.shape[:1]} rows; the batch has "
                                  f"{batch.num_nodes} nodes")
         self._rows: list[np.ndarray] | None = None
 

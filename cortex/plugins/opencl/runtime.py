@@ -42,7 +42,7 @@ from cortex.core import loopir as ir
 from cortex.core.errors import CortexError
 from cortex.core.loopir.interpret import eval_shape, np_dtype
 from cortex.core.lowering.transforms import to_layout
-from cortex.core.plugin.backend import Runtime
+from cortex.core.plugin.backend import Runtime, check_index_values
 from cortex.plugins.opencl import forms
 from cortex.plugins.opencl.device import Device
 
@@ -264,6 +264,7 @@ class CompiledProgram:
         the given arrays (or new ones); returns every output and given buffer by name."""
         args: list[Any] = []
         shapes = self._shapes(sizes)
+        check_index_values(self.program, buffers, sizes)
         out: dict[str, np.ndarray] = dict(buffers)
         handles: dict[str, Allocation] = {}
         for b in self.program.buffers:
