@@ -10,7 +10,7 @@ Parquet file with every input id exactly once (:mod:`~cortex.distributed.commit`
 :mod:`~cortex.distributed.job` ties these together; :mod:`~cortex.distributed.inputs` and
 :mod:`~cortex.distributed.command` are ``cortex run``. ``docs/distributed.md`` is the guide.
 
-Ray is an optional dependency (``pip install 'cortex[ray]'``); importing this package does not
+Ray is an optional dependency (``pip install 'cortex-compiler[ray]'``); importing this package does not
 import it.
 """
 

@@ -43,7 +43,9 @@ def require_ray() -> Any:
         import ray
         import ray.data  # noqa: F401 - the Data library is what the runs use
     except ImportError as e:
-        raise ImportError(f"distributed runs need Ray Data: pip install 'cortex[ray]' ({e})") from e
+        from cortex.core.plugin.distribution import pip_install
+
+        raise ImportError(f"distributed runs need Ray Data: {pip_install('ray')} ({e})") from e
     return ray
 
 

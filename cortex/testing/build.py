@@ -14,16 +14,17 @@ sample<i>      the i-th random legal schedule of the target's space (seeded; ful
 
 :func:`compile_only` runs the pipeline's stages up to and including the backend compiler — trace,
 graph passes, backend, schedule, lower, verify, render, compile — without building the
-Executable (which uploads the params, so it needs a device): it is
-``cortex.core.pipeline.build_artifact``, the first half of ``cortex.core.pipeline.build``.
+Executable (which uploads the params, so it needs a device): it is ``cortex.compile_only``
+(``cortex.core.pipeline.build_artifact``, the first half of ``cortex.core.pipeline.build``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from cortex.core.api import CompiledCode
+from cortex.core.api import compile_only as cortex_compile_only
 from cortex.testing import zoo
 
 SCHEDULE_VARIANTS = ("default", "unscheduled", "unfused")
@@ -66,29 +67,13 @@ def schedule(target: str, dtype: str, variant: str) -> Any:
                      f"sample<i>")
 
 
-@dataclass(frozen=True)
-class Built:
-    """What compile-only produces: the scheduled program, the source, the artifact."""
-
-    target: str
-    program: Any
-    schedule: Any
-    source: Any
-    artifact: Any
-    cache_key: str
+#: What compile-only produces: the scheduled program, the source, the artifact.
+Built = CompiledCode
 
 
 def compile_only(model: Any, target: str, *, dtype: str, schedule: Any = None) -> Built:
-    """Every stage of ``cortex.core.pipeline.build`` up to the backend's compiler
-    (``cortex.core.pipeline.build_artifact`` without preparing the params)."""
-    from cortex.core.api import resolve_target
-    from cortex.core.pipeline import build_artifact, compile_options
-
-    resolved, options = resolve_target(target)
-    shared = compile_options(resolved.name, {"dtype": dtype, "schedule": schedule})
-    b = build_artifact(model, resolved, options, shared, prepare_params=False)
-    return Built(resolved.name, b.lowered.program, b.lowered.schedule, b.source, b.artifact,
-                 b.cache_key)
+    """Every stage of ``cortex.compile`` up to the backend's compiler (``cortex.compile_only``)."""
+    return cortex_compile_only(model, target, dtype=dtype, schedule=schedule)
 
 
 _EXECUTABLES: dict[tuple[str, str, str, str], Any] = {}

@@ -19,5 +19,5 @@ def require(*modules: str) -> None:
         except ImportError as e:
             if REQUIRED:
                 raise
-            pytest.skip(f"{name} is not installed (pip install 'cortex[ray]'): {e}",
+            pytest.skip(f"{name} is not installed (the ray extra): {e}",
                         allow_module_level=True)

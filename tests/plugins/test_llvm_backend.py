@@ -18,7 +18,7 @@ import sys
 import numpy as np
 import pytest
 
-pytest.importorskip("llvmlite", reason="the llvm target needs llvmlite (pip install 'cortex[llvm]')")
+pytest.importorskip("llvmlite", reason="the llvm target needs llvmlite (pip install 'cortex-compiler[llvm]')")
 
 ROOT = pathlib.Path(__file__).parents[1]
 sys.path.insert(0, str(ROOT / "core"))

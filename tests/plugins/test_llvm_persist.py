@@ -15,7 +15,7 @@ from multiprocessing import get_context
 import numpy as np
 import pytest
 
-pytest.importorskip("llvmlite", reason="the llvm target needs llvmlite (pip install 'cortex[llvm]')")
+pytest.importorskip("llvmlite", reason="the llvm target needs llvmlite (pip install 'cortex-compiler[llvm]')")
 
 import cortex  # noqa: E402
 from cortex.core import diskcache  # noqa: E402

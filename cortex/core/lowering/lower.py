@@ -342,7 +342,9 @@ def _plan_of(low: Lowered) -> _BindPlan:
 
 def _bind_batch(low: Lowered, batch: LinearizedBatch) -> tuple[dict[str, np.ndarray], dict[str, int]]:
     if not isinstance(batch, LinearizedBatch):
-        raise BatchTypeError(f"bind_batch needs a LinearizedBatch, got {type(batch).__name__}")
+        raise BatchTypeError(f"expected a LinearizedBatch (made by exe.linearize(structures) or "
+                             f"cortex.data.linearize(...)), got {type(batch).__name__}; to run "
+                             f"on structures, call the executable itself: exe(structures)")
     plan = _plan_of(low)
     n = int(batch.num_nodes)
     lo = np.ascontiguousarray(batch.level_offsets, dtype=INDEX_DTYPE)
