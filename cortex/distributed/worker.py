@@ -9,7 +9,8 @@ batch (one native call) and returns a ``pyarrow.Table``:
 
 * the id column, as given;
 * one column per root state: ``fixed_size_list<float>[size]`` (the state flattened; its shape is
-  in the field's metadata under ``shape`` when it has more than one axis), null for failed rows;
+  in the field's metadata under ``shape`` when it has more than one axis), NaN for failed rows
+  (not null: Arrow's Parquet reader before pyarrow 26 cannot read a null fixed-size list);
 * ``error``: null, or why the row failed (``"ParseError: ..."``).
 
 A row that cannot be read or linearized becomes an error record and the rest of the batch runs
@@ -156,17 +157,12 @@ class InferenceWorker:
 
         schema = self.output_schema(ids.type)
         n = len(ids)
-        valid = np.zeros(n, dtype=bool)
-        valid[good] = True
-        mask = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
         columns = [ids]
         for name in self.states:
-            field = schema.field(name)
-            size = field.type.list_size
-            flat = np.zeros((n, size), dtype=np.dtype(self.exe.dtype))
+            size = schema.field(name).type.list_size
+            flat = np.full((n, size), np.nan, dtype=np.dtype(self.exe.dtype))
             if good:
                 flat[good] = roots[name]
-            columns.append(pa.Array.from_buffers(field.type, n, [mask],
-                                                 children=[pa.array(flat.reshape(-1))]))
+            columns.append(pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1)), size))
         columns.append(pa.array(errors, type=pa.string()))
         return pa.Table.from_arrays(columns, schema=schema)
