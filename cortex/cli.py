@@ -8,7 +8,8 @@ and *runnable* states and their reasons, the host (CPU and SIMD features, OpenCL
 GPU) and the plugin environment switches. ``cortex info --json`` prints the same as JSON.
 ``cortex demo`` runs the zoo's TreeLSTM on a target (``cortex.plugins.cpu_llvm.demo``).
 ``cortex cache`` shows the compile cache (``cortex.core.diskcache``: its directory and each
-namespace's entries); ``--clear`` empties it.
+namespace's entries); ``--clear`` empties it. ``cortex run`` runs a model over a corpus on Ray
+(``cortex/distributed/command.py``, ``docs/distributed.md``).
 """
 
 from __future__ import annotations
@@ -182,6 +183,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     cache = commands.add_parser("cache", help="the compile cache: where it is, what it holds")
     cache.add_argument("--clear", action="store_true", help="delete every entry")
     cache.add_argument("--json", action="store_true", help="print JSON instead of text")
+    from cortex.distributed.command import add_run_parser
+
+    add_run_parser(commands)
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
@@ -200,6 +204,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"cortex demo: error: {exc}", file=sys.stderr)
             return 1
         return 0
+    if args.command == "run":
+        from cortex.distributed.command import run_command
+
+        return run_command(args)
     if args.command == "cache":
         from cortex.core.diskcache import report
 
