@@ -535,7 +535,9 @@ def test_leaf_rows_of_the_embedding_table_are_prefetched_a_few_nodes_ahead(monke
     model = cortex.models.TreeLSTM(vocab=50, embed=8, hidden=16, seed=0)  # rows of 3 * 16 floats
     ir_text = cortex.compile(model, target="llvm").artifact.ir
     assert ir_text.count("call void @\"llvm.prefetch.p0\"") == 3 * 16 * 4 // 64
-    monkeypatch.setattr(codegen, "GATHER_PREFETCH", 0)
+    from cortex.plugins.cpu_llvm import kernel
+
+    monkeypatch.setattr(kernel, "GATHER_PREFETCH", 0)
     assert "llvm.prefetch" not in cortex.compile(model, target="llvm").artifact.ir
 
 
