@@ -5,7 +5,9 @@ target and its options are resolved; returns the :class:`~cortex.core.executable
 
 Stages (DESIGN.md, "Pipeline"), each dumped by ``dump=`` as one numbered file::
 
-    00_options.json          target, target options, dtype, schedule, passes
+    00_options.json          target, target options, dtype, passes, the schedule: every knob's
+                             value, where it came from (``schedule_sources``: "user" or its
+                             default rule) and what it did (``schedule_notes``)
     01_graph.txt             trace:          model -> RecursiveGraph
     02_graph_passes.txt      graph passes:   RecursiveGraph -> RecursiveGraph (``passes=``)
     03_loops.txt             lower:          RecursiveGraph -> LoopProgram, unscheduled
@@ -181,17 +183,14 @@ def _resolve_passes(target: str, value: Any) -> tuple[GraphPass, ...]:
     return tuple(passes)
 
 
-def resolve_schedule(target: str, space: "ScheduleSpace", given: Any) -> "Schedule":
-    """The schedule to compile with: the space's default, a knob dict over it, or a given
-    Schedule — validated against the target's space (InvalidOptionError otherwise)."""
+def resolve_schedule(target: str, space: "ScheduleSpace", given: Any) -> tuple["Schedule", dict[str, str]]:
+    """The schedule to compile with and where each knob's value came from: the space's
+    default rules, a knob dict over them, or a given Schedule — validated against the target's
+    space (InvalidOptionError otherwise). See ``ScheduleSpace.resolve``."""
     from cortex.core.schedule import Schedule, ScheduleError
 
     try:
-        if given is None:
-            return space.default()
-        if isinstance(given, Schedule):
-            return space.validate(given)
-        return space.with_knobs(**given)
+        return space.resolve(given)
     except ScheduleError as e:
         raise InvalidOptionError(target, "schedule", given.to_dict() if isinstance(given, Schedule)
                                  else given, f"a legal schedule for this target: {e}") from None
@@ -199,8 +198,9 @@ def resolve_schedule(target: str, space: "ScheduleSpace", given: Any) -> "Schedu
 
 def neutral_schedule(schedule: "Schedule") -> "Schedule":
     """``schedule`` with every loop-shaping knob neutral (what stage 03 lowers with)."""
-    return replace(schedule, tile_hidden=0, vector_width=1, unroll=1,
-                   weight_layout="row_major", persistent=False)
+    return replace(schedule, tile_hidden=0, vector_width=1, unroll=1, weight_layout="row_major",
+                   persistent=False, interchange=False, node_jam=1, wide_lanes=0, prefetch=0,
+                   node_chunk=1)
 
 
 def source_extension(backend: "Backend", source: Any) -> str:
@@ -286,7 +286,7 @@ def build_artifact(model: Any, target: "Target", target_options: Mapping[str, An
     except ScheduleError as e:
         raise InvalidOptionError(target.name, "dtype", dtype, f"a float type this target "
                                  f"supports ({e})") from None
-    schedule = resolve_schedule(target.name, space, options.schedule)
+    schedule, provenance = resolve_schedule(target.name, space, options.schedule)
 
     traced = trace(model)
     dump.write("graph", str(traced))
@@ -297,16 +297,21 @@ def build_artifact(model: Any, target: "Target", target_options: Mapping[str, An
     bound = _Worker(_bind, graph, model.params, dtype, deferred) if prepare_params else None
     try:
         dump.write("graph_passes", str(graph))
-        dump.write("options", json.dumps({
+        options_doc = {
             "target": target.name, "target_options": dict(target_options), "dtype": dtype,
-            "schedule": schedule.to_dict(), "passes": [p.__name__ for p in passes],
+            "schedule": schedule.to_dict(), "schedule_sources": provenance,
+            "passes": [p.__name__ for p in passes],
             "max_table_mib": table_mib, "tables_filled_on_use": deferred,
-        }, indent=2, sort_keys=True, default=repr))
+        }
+        dump.write("options", json.dumps(options_doc, indent=2, sort_keys=True, default=repr))
         if dump:
             dump.write("loops", str(lower(graph, neutral_schedule(schedule), caps, dtype).program))
 
-        lowered = lower(graph, schedule, caps, dtype)  # verified against caps by lower itself
+        lowered = lower(graph, schedule, caps, dtype, provenance)  # verified against caps by lower itself
         dump.write("loops_scheduled", str(lowered.program))
+        if dump:  # and what each knob did
+            options_doc["schedule_notes"] = list(lowered.notes)
+            dump.write("options", json.dumps(options_doc, indent=2, sort_keys=True, default=repr))
         source = backend.renderer.render(lowered.program)
         dump.write("source", source, source_extension(backend, source))
         key = backend.compiler.cache_key(source, target_options)

@@ -15,6 +15,7 @@ import pytest
 
 from cortex.core import interpret
 from cortex.core import loopir as ir
+from cortex.core.loop_shapes import chunk_nodes
 from cortex.core.loopir_verify import verify
 from cortex.plugins.opencl import forms
 
@@ -63,7 +64,7 @@ def test_single_group_kernel_turns_grid_barriers_into_group_barriers():
 def test_chunked_and_work_group_programs_compute_the_same(name, chunk):
     program, bufs, sizes = _case(name, seed=chunk)
     program = _serial_hidden(program)  # what the CPU schedule gives (parallel="nodes")
-    chunked = forms.chunk_nodes(program, chunk)
+    chunked, _ = chunk_nodes(program, chunk)  # the schedule's node_chunk
     assert chunked != program
     mapped = forms.to_work_groups(chunked)
     kinds = {n.kind for n in ir.walk(mapped) if isinstance(n, ir.For)}
@@ -78,26 +79,6 @@ def _serial_hidden(program: ir.Program) -> ir.Program:
         return replace(n, kind="serial") if hidden else None
 
     return ir.transform(program, f)
-
-
-@pytest.mark.parametrize("name", sorted(BUILDERS))
-def test_node_chunks_times_hidden_tiles_compute_the_same(name):
-    program, bufs, sizes = _case(name, seed=4)  # hidden loops parallel: chunks x tiles
-    tiled = forms.to_work_groups(forms.chunk_nodes(program, 3, tiles=3))
-    want = interpret.run(program, bufs, sizes)["h"]
-    np.testing.assert_allclose(interpret.run(tiled, bufs, sizes)["h"], want, rtol=1e-12, atol=1e-12)
-
-
-def test_chunk_nodes_reuses_each_hidden_unit_across_a_chunk_of_nodes():
-    program = tree_rnn(form="per_level", dtype="float32")
-    tiled = forms.chunk_nodes(program, 4, tiles=2).kernel("level").body  # j parallel: 2 tiles
-    assert isinstance(tiled, ir.For) and isinstance(tiled.stop, ir.BinOp) and tiled.stop.op == "*"
-    assert forms.chunk_nodes(program, 4, tiles=1).kernel("level").body.stop.op == "//"
-    level = forms.chunk_nodes(_serial_hidden(program), 4).kernel("level").body
-    assert isinstance(level, ir.For) and level.kind == "parallel" and level.var.startswith("cx_chunk")
-    j = level.body
-    assert isinstance(j, ir.For) and j.var == "j" and j.kind == "serial"
-    assert isinstance(j.body, ir.For) and j.body.var == "v" and j.body.kind == "serial"
 
 
 def test_to_work_groups_maps_outer_parallel_loops_to_groups_then_items():
@@ -166,20 +147,22 @@ def test_tanh_via_sigmoid_computes_the_same(name):
     np.testing.assert_allclose(interpret.run(rewritten, bufs, sizes)["h"], want, rtol=0, atol=1e-12)
 
 
-def test_chunk_nodes_keeps_whole_nodes_in_a_chunk_when_there_is_no_sum():
-    program = _serial_hidden(child_sum(form="per_level", dtype="float32"))  # leaves: no sum
-    leaves = program.kernel("leaves").body
-    assert not any(isinstance(n, ir.Reduce) for n in ir.walk(leaves))
-    chunked = forms.chunk_nodes(program, 4).kernel("leaves").body
-    assert isinstance(chunked, ir.For) and chunked.kind == "parallel" and chunked.var.startswith("cx_chunk")
-    node = chunked.body  # the node loop, then the node's own body unchanged (hidden loop inside)
-    assert isinstance(node, ir.For) and node.var == leaves.var and node.body == leaves.body
+def test_unfused_fma_is_a_multiply_add():
+    a, b, acc = ir.Var("a", "float64"), ir.Var("b", "float64"), ir.Load("out", (0,))
+    body = ir.Let("a", ir.fconst(1.5, "float64"), ir.Let("b", ir.fconst(-2.0, "float64"),
+                                                      ir.Store("out", (0,), ir.call("fma", a, b, acc))))
+    p = ir.Program("p", (), (ir.Buffer("out", "float64", (1,), "output"),), (ir.Kernel("k", (), body),),
+                   (ir.Launch("k"),))
+    q = forms.unfused_fma(p)
+    assert not any(isinstance(n, ir.Call) for n in ir.walk(q))
+    out = interpret.run(q, {"out": np.array([4.0])}, {})["out"]
+    assert out[0] == 1.0
 
 
 @pytest.mark.parametrize("name", sorted(BUILDERS))
 def test_single_group_kernel_alternates_the_group_order_from_level_to_level(name):
     program, bufs, sizes = _case(name, seed=4)
-    mapped = forms.to_work_groups(forms.chunk_nodes(_serial_hidden(program), 2))
+    mapped = forms.to_work_groups(chunk_nodes(_serial_hidden(program), 2)[0])
     single = verify(_single_program(mapped))
     level_loop = next(n for n in ir.walk(single.kernels[0].body) if isinstance(n, ir.For) and n.var == "lh")
     groups = [n for n in ir.walk(level_loop.body) if isinstance(n, ir.For) and n.kind == "gpu_group"]
@@ -189,21 +172,27 @@ def test_single_group_kernel_alternates_the_group_order_from_level_to_level(name
 
 
 @pytest.mark.parametrize("dtype,lanes", [("float32", 16), ("float64", 8)])
-def test_renderer_jams_level_kernels_into_vector_statements(dtype, lanes):
+def test_renderer_writes_a_jammed_block_as_vector_statements(dtype, lanes):
+    from cortex.core.jam import JamOptions, jam_levels
+    from cortex.core.level_interchange import interchange_levels
+    from cortex.core.loop_shapes import block_hidden_loops
+    from cortex.core.loop_transforms import change_layout
     from cortex.plugins.opencl.compiler import OpenCLRenderer
 
-    program = _serial_hidden(tree_lstm(form="per_level", dtype=dtype, H=32))
-    source = OpenCLRenderer().render(program)
+    program = _serial_hidden(change_layout(tree_lstm(form="per_level", dtype=dtype, H=32), "U", "packed", lanes))
+    jammed, _ = jam_levels(interchange_levels(block_hidden_loops(program, lanes)[0])[0],
+                           JamOptions(nodes=4, register_lanes=lanes))
+    source = OpenCLRenderer().render(jammed)
     t = "float" if dtype == "float32" else "double"
     assert f"typedef {t} cx_v{t}{lanes} __attribute__((ext_vector_type({lanes}), aligned(" in source
+    assert f"const cx_v{t}{lanes} w" in source  # a weight vector loaded once a step
     assert "vload" not in source and "vstore" not in source  # PoCL does not inline those
-    assert "U" in source.relayout and set(source.relayout.values()) == {("packed", lanes)}
     assert forms.SINGLE_KERNEL in {k.name for k in source.program.kernels}  # still verifies
 
 
-def test_renderer_without_jam_keeps_row_major_weights_and_scalar_code():
+def test_renderer_translates_an_unjammed_program_as_scalar_code():
     from cortex.plugins.opencl.compiler import OpenCLRenderer
 
     program = _serial_hidden(tree_lstm(form="per_level", dtype="float32", H=32))
-    source = OpenCLRenderer(jam=False).render(program)  # what a GPU device gets
-    assert source.relayout == {} and "ext_vector_type" not in source
+    source = OpenCLRenderer().render(program)  # what a GPU device gets: no jam in its schedule
+    assert "ext_vector_type" not in source and "min_vector_width" not in source

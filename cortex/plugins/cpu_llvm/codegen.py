@@ -32,10 +32,11 @@ Loops and vectors: ``vectorized`` loops carry ``llvm.loop.vectorize`` metadata w
 fast-math flags so LLVM's loop vectorizer turns GEMV dot products into SIMD FMAs with several
 accumulators. A ``Select`` whose condition does not depend on the reduction variable is hoisted
 out of a ``Reduce`` (two loop versions), so guarded child loads ``select(c >= 0, h[c, k], 0)``
-leave a branch-free inner loop. Level node loops are interchanged with their hidden-unit loops so threads split the weight
-rows (:func:`interchange_node_loop`: each core's share stays in its L2 across levels), and
-groups of ``JAM`` nodes of a level share each weight load (:func:`jam_plan`); a short last
-group repeats its last node when that is harmless (:func:`_no_self_reads`).
+leave a branch-free inner loop. The generator makes no scheduling decision: a level's
+interchange, its node jam (a private accumulator array addressed by constant slots, which the
+generator keeps in registers: :mod:`.registers`), wide vector nests and row prefetches arrive
+in the program, made by the schedule (``cortex.core.lower_schedule``); a loop annotated
+``cold`` is emitted compact.
 Integer arithmetic is 32-bit with ``nsw`` (as in the C renderer);
 flat offsets are 64-bit. Math: ``exp log sqrt abs fma`` are LLVM intrinsics; ``tanh`` and
 ``sigmoid`` are written with ``exp`` (``sigmoid(x) = 1/(1+exp(-x))``, ``tanh(x) = 1 -
@@ -44,23 +45,20 @@ flat offsets are 64-bit. Math: ``exp log sqrt abs fma`` are LLVM intrinsics; ``t
 Modules (one job each): this one is the driver and the thread team (:func:`generate`, the
 module-wide :class:`_Module`, the barrier, ``cx_spmd``, ``cx_run``/``cx_start``/``cx_stop``);
 :mod:`.kernel` emits one kernel function (statements, loops, loads and stores) with the mixins
-:mod:`.expressions`, :mod:`.reductions` and :mod:`.jam_emit`; :mod:`.level_loops` holds the
-loop-shape decisions (interchange, jam plans, wide vector nests); :mod:`.lanes` the vectorized
+:mod:`.expressions`, :mod:`.reductions` and :mod:`.registers`; :mod:`.lanes` the vectorized
 loop's lane analysis; :mod:`.ir_queries` pure questions about the IR; :mod:`.llvm_types` the LLVM
 types, constants and metadata helpers.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from llvmlite import ir as ll
 
 from cortex.core import loopir as ir
 from cortex.plugins.cpu_llvm.ir_queries import _NAMES, vector_width  # noqa: F401 (vector_width: API)
 from cortex.plugins.cpu_llvm.kernel import _KernelGen
-from cortex.plugins.cpu_llvm.level_loops import (_no_self_reads, interchange_node_loop,  # noqa: F401 (API)
-                                                 widen_vector_nests)
 from cortex.plugins.cpu_llvm.llvm_types import I32, I64, LTYPE, PTR, VOID, CodegenError, _LoopMD  # noqa: F401
 
 MAX_THREADS = 64
@@ -484,8 +482,7 @@ def generate(program: ir.Program, vector_bits: int = 0, profile: bool = False) -
 def _generate(mod: "_Module", program: ir.Program, vector_bits: int) -> str:
     mod.loop_mds = []
     barrier = _emit_barrier(mod)
-    kernels = {k.name: _KernelGen(mod, replace(k, body=widen_vector_nests(k.body)), barrier).emit()
-               for k in program.kernels}
+    kernels = {k.name: _KernelGen(mod, k, barrier).emit() for k in program.kernels}
     spmd = _emit_spmd(mod, kernels, barrier)
     _emit_team(mod, spmd)
     text = str(mod.m)

@@ -12,8 +12,12 @@ from llvmlite import ir as ll
 
 from cortex.core import loopir as ir
 from cortex.plugins.cpu_llvm.ir_queries import _needs_branch, _exact_div, _divisor
-from cortex.plugins.cpu_llvm.level_loops import EXP_OUTLINED
 from cortex.plugins.cpu_llvm.llvm_types import I1, I32, LTYPE, CodegenError, _is_vec, _width
+
+#: Vector float32 exp: one noinline function per width (``_Module.exp_f32_fn``) in code that runs
+#: many activations next to long reductions (a jammed block: inside a private array's scope) and
+#: in cold code; inline elsewhere (the leaves, where a call would show).
+EXP_OUTLINED = True
 
 
 class _Expressions:
@@ -21,8 +25,6 @@ class _Expressions:
 
     def expr(self, e: ir.Expr) -> ll.Value:
         b = self.b
-        if self.memo and e in self.memo:
-            return self.memo[e]
         if isinstance(e, ir.Const):
             if e.dtype == ir.BOOL:
                 return ll.Constant(I1, int(bool(e.value)))
@@ -177,7 +179,7 @@ class _Expressions:
 
     def exp(self, x: ll.Value, t: str) -> ll.Value:
         if t == "float32":
-            if _width(x) and EXP_OUTLINED and (self.compact or (self.jam is not None and self.jam.reduces_any)):
+            if _width(x) and EXP_OUTLINED and (self.compact or self.private):
                 return self.b.call(self.mod.exp_f32_fn(x.type), [x])
             return self.exp_f32(x)
         return self.b.call(self.mod.intrinsic("exp", t, 1, _width(x)), [x])

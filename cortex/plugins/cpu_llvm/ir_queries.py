@@ -127,7 +127,7 @@ def vector_width(loop: ir.For) -> int:
     varying = {loop.var}
 
     def varies(e: ir.Node) -> bool:
-        return _contains(e, lambda n: isinstance(n, ir.Var) and n.name in varying)
+        return not varying.isdisjoint(_var_names(e))
 
     for n in _walk(loop.body):
         if isinstance(n, (ir.For, ir.Alloc, ir.Barrier)):

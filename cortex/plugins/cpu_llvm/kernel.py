@@ -3,33 +3,35 @@
 Pipeline position: inside the ``llvm`` renderer (:mod:`cortex.plugins.cpu_llvm.codegen` makes one
 :class:`_KernelGen` per kernel of the program). It emits ``void k(bufs..., sizes..., params...,
 tid, nthreads)``: the statement tree, loops (the outermost parallel loop split across the
-thread team, vectorized loops as straight-line SIMD code), loads and stores (vector accesses
-when contiguous in the lane), allocs; expressions, reductions and jammed node groups come from
-its mixins (:mod:`.expressions`, :mod:`.reductions`, :mod:`.jam_emit`).
+thread team, vectorized loops as straight-line SIMD code, a loop annotated "cold" as compact
+code), loads and stores (vector accesses when contiguous in the lane), allocs (a private array
+addressed by constant slots kept in registers), prefetches; expressions, reductions and register
+arrays come from its mixins (:mod:`.expressions`, :mod:`.reductions`, :mod:`.registers`). It
+makes no scheduling decision: interchange, node jam, wide vectors and prefetches arrive in the
+program (``cortex.core.lower_schedule``).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from llvmlite import ir as ll
 
 from cortex.core import loopir as ir
 from cortex.plugins.cpu_llvm.expressions import _Expressions
-from cortex.plugins.cpu_llvm.ir_queries import _contains, _Idx, _var_names, _walk, vector_width
-from cortex.plugins.cpu_llvm.jam_emit import _JamEmitter
+from cortex.plugins.cpu_llvm.ir_queries import _Idx, _var_names, _walk, vector_width
 from cortex.plugins.cpu_llvm.lanes import _VecCtx
-from cortex.plugins.cpu_llvm.level_loops import GATHER_PREFETCH, _JamCtx, _JamFor, interchange_node_loop, jam_plan
 from cortex.plugins.cpu_llvm.llvm_types import (I1, I8, I32, I64, LTYPE, PARTITIONED_KINDS, PTR, SIZEOF, SIZEOF_LL,
                                                 VOID, CodegenError, _LoopMD, _is_vec, _splat_const, _vkey,
                                                 _zero_mask)
 from cortex.plugins.cpu_llvm.reductions import _Reductions
+from cortex.plugins.cpu_llvm.registers import _RegisterArrays
 
 if TYPE_CHECKING:
     from cortex.plugins.cpu_llvm.codegen import _Module
 
 
-class _KernelGen(_Expressions, _Reductions, _JamEmitter):
+class _KernelGen(_Expressions, _Reductions, _RegisterArrays):
     """Emits one kernel function: ``void k(bufs..., sizes..., params..., tid, nthreads)``."""
 
     def __init__(self, mod: _Module, kernel: ir.Kernel, barrier: ll.Function) -> None:
@@ -72,10 +74,10 @@ class _KernelGen(_Expressions, _Reductions, _JamEmitter):
         self.last_loop_synced = False
         self.loop_id = 0
         self.vec: _VecCtx | None = None  # set while emitting the body of a vectorized loop
-        self.jam: _JamCtx | None = None  # set while emitting a group of jammed nodes
-        self.jam_off = 0  # > 0 inside a reduction's body: no fusion across nodes there
-        self.memo: dict = {}  # inside a jammed reduction loop: values shared by its nodes
-        self.compact = 0  # > 0: code that rarely runs (a jammed level's fallback): keep it small
+        self.compact = 0  # > 0: code that rarely runs (a loop annotated "cold"): keep it small
+        self.private = 0  # > 0: inside a private array's scope (a jammed block)
+        self.regs: dict[str, dict] = {}  # promoted private arrays: name -> {slot: value}
+        self.reg_loops: dict[str, dict] = {}  # name -> {id(loop): slots it stores}
         self.icse: dict = {}  # (op, block, operands) -> value: integer ops emitted once per block
         self.icse_keep: list = []
 
@@ -149,12 +151,17 @@ class _KernelGen(_Expressions, _Reductions, _JamEmitter):
         return self.vec is not None and not self.vec.varying.isdisjoint(_var_names(e))
 
     def load(self, name: str, index: tuple[ir.Expr, ...]) -> ll.Value:
+        if name in self.regs:
+            return self.reg_access(name, index, None)
         if self.varying(ir.Seq(()) if not index else _Idx(index)):
             return self.vector_access(name, index, None)
         ptr, ty = self.address(name, index)
         return self.b.load(ptr, typ=ty)
 
     def store(self, name: str, index: tuple[ir.Expr, ...], value: ll.Value) -> None:
+        if name in self.regs:
+            self.reg_access(name, index, value)
+            return
         if self.varying(_Idx(index)):
             self.vector_access(name, index, value)
             return
@@ -327,17 +334,27 @@ class _KernelGen(_Expressions, _Reductions, _JamEmitter):
             for d in s.shape:
                 n *= d
             ty = LTYPE[s.dtype]
-            ptr = self.entry_builder.alloca(ty, size=ll.Constant(I32, n), name=s.name)
-            ptr.align = 64
             if s.name in self.ptrs or s.name in self.allocs:
                 raise CodegenError(f"alloc {s.name} shadows a buffer")
-            self.ptrs[s.name] = ptr
             self.allocs[s.name] = s
             self.dtypes[s.name] = s.dtype
+            if not self.promote(s):  # registers (see .registers), else stack memory:
+                # an array type (not ``alloca T, n``), which SROA can split into its slices
+                ptr = self.entry_builder.alloca(ll.ArrayType(ty, n), name=s.name)
+                ptr.align = 64
+                self.ptrs[s.name] = self.entry_builder.bitcast(ptr, ty.as_pointer())
+            self.private += 1
             try:
                 self.stmt(s.body)
             finally:
-                del self.ptrs[s.name], self.allocs[s.name], self.dtypes[s.name]
+                self.private -= 1
+                self.regs.pop(s.name, None)
+                self.reg_loops.pop(s.name, None)
+                self.ptrs.pop(s.name, None)
+                del self.allocs[s.name], self.dtypes[s.name]
+            return
+        if isinstance(s, ir.Prefetch):
+            self.prefetch(s)
             return
         if isinstance(s, ir.Barrier):
             if s.scope == "grid":
@@ -350,26 +367,21 @@ class _KernelGen(_Expressions, _Reductions, _JamEmitter):
     def _serial_global_store(self, s: ir.Stmt) -> bool:
         if isinstance(s, (ir.Seq, ir.Let)):
             return False  # decided per inner statement
-        stores = _contains(s, lambda n: isinstance(n, ir.Store) and n.buffer not in self.allocs
-                           and not self._inner_alloc(s, n.buffer))
-        if not stores:
+        nodes = list(_walk(s))  # one walk (a store to an alloc inside s is not global)
+        inner = {n.name for n in nodes if isinstance(n, ir.Alloc)}
+        if not any(isinstance(n, ir.Store) and n.buffer not in self.allocs and n.buffer not in inner for n in nodes):
             return False
-        return not _contains(s, lambda n: isinstance(n, ir.Barrier)
-                             or (isinstance(n, ir.For) and n.kind in PARTITIONED_KINDS))
+        return not any(isinstance(n, ir.Barrier) or (isinstance(n, ir.For) and n.kind in PARTITIONED_KINDS)
+                       for n in nodes)
 
-    @staticmethod
-    def _inner_alloc(s: ir.Stmt, name: str) -> bool:
-        return _contains(s, lambda n: isinstance(n, ir.Alloc) and n.name == name)
-
-    def vector_loop(self, s: ir.For, width: int, emit: Callable[[ir.Stmt], None] | None = None) -> None:
-        """The body of a vectorized loop once, on ``width``-lane vectors (no loop at all),
-        emitted by ``emit`` (``self.stmt`` by default; ``self.jam_stmt`` inside a jammed group)."""
+    def vector_loop(self, s: ir.For, width: int) -> None:
+        """The body of a vectorized loop once, on ``width``-lane vectors (no loop at all)."""
         start = ir.const_int(s.start)
         lanes = ll.Constant(ll.VectorType(I32, width), [start + k for k in range(width)])
         self.vec = _VecCtx(s.var, width, start, {s.var}, {})
         self.env[s.var] = (lanes, ir.INT)
         try:
-            (emit or self.stmt)(s.body)
+            self.stmt(s.body)
         finally:
             del self.env[s.var]
             self.vec = None
@@ -384,17 +396,13 @@ class _KernelGen(_Expressions, _Reductions, _JamEmitter):
                 self.vector_loop(s, width)
                 self.last_loop_synced = False
                 return
-        if isinstance(s, _JamFor) and self.vec is None and self.jam is None:
-            plan = jam_plan(s)
-            if plan is not None:
-                self.jammed_node_loop(s, *plan)
-                return
-        if self.vec is None and not self.partitioned:
-            swapped = interchange_node_loop(s)
-            if swapped is not None:
-                for loop in swapped:
-                    self.loop(loop)
-                return
+        if "cold" in s.annotations and not self.compact:
+            self.compact += 1
+            try:
+                self.loop(s)
+            finally:
+                self.compact -= 1
+            return
         start, stop = self.expr(s.start), self.expr(s.stop)
         split = s.kind in PARTITIONED_KINDS and not self.partitioned
         if split:
@@ -412,8 +420,8 @@ class _KernelGen(_Expressions, _Reductions, _JamEmitter):
         b.position_at_end(body_bb)
         i = b.phi(I32, name=s.var)
         i.add_incoming(start, pre)
-        if split and GATHER_PREFETCH:
-            self._prefetch_gathered_rows(s, i, stop)
+        slots = self.loop_slots(s) if self.regs else []
+        phis = self.slot_phis(slots, pre)
         self.env[s.var] = (i, ir.INT)
         was = self.partitioned
         self.partitioned = was or split
@@ -430,48 +438,20 @@ class _KernelGen(_Expressions, _Reductions, _JamEmitter):
             ir.const_int(s.stop) is not None and ir.const_int(s.start) is not None) else None
         self._loop_md(latch, s.kind, width)
         b.position_at_end(exit_bb)
+        self.slot_exits(slots, phis, pre, end)
         if split:  # fork-join semantics of a CPU parallel loop (as OpenMP's implicit barrier)
             b.call(self.barrier_fn, [self.nth, self.tid])
         self.last_loop_synced = split
 
-    def _prefetch_gathered_rows(self, s: ir.For, i: ll.Value, stop: ll.Value) -> None:
-        """A node loop whose body gathers rows of a param by a per-node index (the leaves'
-        ``E_proj[word_ids[u], :]``, rows of a table too big for any cache): prefetch the rows
-        of node ``i + GATHER_PREFETCH`` (clamped to the thread's last node), whole rows of at
-        most 16 KB, one prefetch per cache line. Such a loop waits on memory: each node's
-        rows are a few dozen lines from DRAM, and the out-of-order window reaches only the
-        next node's first ones."""
-        body = s.body
-        if not (isinstance(body, ir.Let) and isinstance(body.value, ir.Load)
-                and body.value.index == (ir.Var(s.var),)
-                and self.p.buffer(body.value.buffer).role == "index"):
-            return
-        x = body.var
-        rows = []
-        for m in _walk(body.body):
-            if (isinstance(m, ir.Load) and m.buffer not in self.allocs
-                    and m.buffer not in (name for name, _ in rows)
-                    and len(m.index) == 2 and m.index[0] == ir.Var(x)):
-                bf = self.p.buffer(m.buffer)
-                cols = ir.const_int(bf.shape[1])
-                if bf.role == "param" and cols is not None and 0 < cols * SIZEOF[bf.dtype] <= 16384:
-                    rows.append((m.buffer, cols))
-        if not rows:
-            return
-        b = self.b
-        ahead = b.add(i, ll.Constant(I32, GATHER_PREFETCH))
-        last = b.sub(stop, ll.Constant(I32, 1))
-        ahead = b.select(b.icmp_signed("<", ahead, last), ahead, last)
-        xn = b.load(b.gep(self.ptrs[body.value.buffer], [b.sext(ahead, I64)], inbounds=True,
-                          source_etype=I32), typ=I32)
-        xn = b.sext(b.select(b.icmp_signed(">", xn, ll.Constant(I32, 0)), xn, ll.Constant(I32, 0)), I64)
+    def prefetch(self, s: ir.Prefetch) -> None:
+        """``llvm.prefetch`` (read, high locality) of every 64-byte line of the ``count``
+        elements from ``buffer[index]``: one per cache line."""
+        ptr, ty = self.address(s.buffer, s.index)
+        size = SIZEOF[self.allocs[s.buffer].dtype if s.buffer in self.allocs else self.p.buffer(s.buffer).dtype]
         fn = self.mod.decl("llvm.prefetch.p0", VOID, [PTR, I32, I32, I32])
-        for name, cols in rows:
-            dtype = self.p.buffer(name).dtype
-            row = b.gep(self.ptrs[name], [b.mul(xn, ll.Constant(I64, cols))], source_etype=LTYPE[dtype])
-            for off in range(0, cols * SIZEOF[dtype], 64):
-                at = b.gep(row, [ll.Constant(I64, off)], source_etype=I8)
-                b.call(fn, [at, ll.Constant(I32, 0), ll.Constant(I32, 3), ll.Constant(I32, 1)])
+        for off in range(0, s.count * size, 64):
+            at = self.b.gep(ptr, [ll.Constant(I64, off)], source_etype=I8) if off else ptr
+            self.b.call(fn, [at, ll.Constant(I32, 0), ll.Constant(I32, 3), ll.Constant(I32, 1)])
 
     def emit(self) -> ll.Function:
         self.stmt(self.kernel.body)

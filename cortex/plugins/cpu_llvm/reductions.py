@@ -4,7 +4,8 @@ Pipeline position: inside the ``llvm`` renderer, a part of the kernel emitter
 (:class:`~cortex.plugins.cpu_llvm.kernel._KernelGen` inherits it). A reduction becomes a loop
 whose accumulators are phis (four partial sums for vector dot products), with a guard select
 hoisted out (two loops); a scalar float sum along a contiguous row runs on vectors
-(``lane_reduce_loop``); inside a jammed node group a reduction is one loop for the group.
+(``lane_reduce_loop``). Code in a loop annotated "cold" is compact: one partial sum, no
+select hoisting, ``llvm.loop.unroll.disable``.
 """
 
 from __future__ import annotations
@@ -14,23 +15,15 @@ from llvmlite import ir as ll
 from cortex.core import loopir as ir
 from cortex.plugins.cpu_llvm.ir_queries import _contains, _needs_branch, _uses_var, _walk
 from cortex.plugins.cpu_llvm.lanes import _VecCtx
-from cortex.plugins.cpu_llvm.level_loops import LANE_REDUCE
 from cortex.plugins.cpu_llvm.llvm_types import FAST_REDUCE, I32, LTYPE, SIZEOF, CodegenError, _is_vec, _width
+
+LANE_REDUCE = True  # scalar float sums along a contiguous row run on vectors (lane_reduce_loop)
 
 
 class _Reductions:
     """Reduction methods of the kernel emitter (a mixin of ``_KernelGen``)."""
 
     def reduce(self, e: ir.Reduce) -> ll.Value:
-        if self.jam is not None and not self.jam_off and self.jam_dep(e.body) \
-                and not self.jam_dep(e.start) and not self.jam_dep(e.stop):
-            # one loop for the group (outermost reductions only); a range that differs per
-            # node (CSR children) and everything nested in a reduction runs per node
-            q = next((k for k, c in enumerate(self.jam.copies)
-                      if all(self.env.get(n) is c[n] for n in c)), None)
-            if q is None:
-                raise CodegenError("internal: jammed reduction outside a node copy")
-            return self.jam_reduce(e, q)
         # Hoist a Select whose condition does not depend on the reduction variable: two loops.
         for n in ([] if self.compact else _walk(e.body)):
             if isinstance(n, ir.Select) and not _uses_var(n.cond, e.var) and not _contains(
@@ -101,12 +94,10 @@ class _Reductions:
             for q in range(parts):
                 iq = i if q == 0 else b.add(i, ll.Constant(I32, q * width), flags=["nsw"])
                 self.env[base] = (iq, ir.INT)
-                self.jam_off += 1
                 try:
                     v = self.expr(body)
                 finally:
                     del self.env[base]
-                    self.jam_off -= 1
                 if not _is_vec(v):
                     v = self.splat(v, width)
                 nxts.append(self.combine("sum", dt, accs[q], v))
@@ -200,12 +191,10 @@ class _Reductions:
         for q in range(parts):
             iq = i if q == 0 else b.add(i, ll.Constant(I32, q), flags=["nsw"])
             self.env[e.var] = (iq, ir.INT)
-            self.jam_off += 1
             try:
                 v = self.expr(e.body)
             finally:
                 del self.env[e.var]
-                self.jam_off -= 1
             nxts.append(self.combine(e.op, dt, accs[q], v))
         i_next = b.add(i, ll.Constant(I32, parts), flags=["nsw"])
         end = b.block

@@ -144,101 +144,6 @@ def needs_single_group(program: ir.Program) -> bool:
     return any(_has_grid_barrier(k.body) for k in program.kernels if k.name != SINGLE_KERNEL)
 
 
-#: Nodes one work-item runs in lockstep in :func:`chunk_nodes` (weight rows reused from L1).
-NODE_CHUNK = 8
-#: Hidden tiles per node chunk when the schedule made the hidden loop parallel: work-groups
-#: over (node chunks x hidden tiles), so even one node keeps several cores busy.
-HIDDEN_TILES = 4
-
-
-def _free_vars(e: ir.Node) -> set[str]:
-    return {n.name for n in ir.walk(e) if isinstance(n, ir.Var)}
-
-
-def _chunk_loop(loop: ir.For, chunk: int, tiles: int, fresh: str) -> ir.Stmt | None:
-    """``for v (parallel): let..; for j (node-independent bounds): B`` ->
-    ``for g (parallel): for j [in tile]: for v in chunk: let..; B``; None if no match.
-
-    Serial hidden loops keep their whole range (``g`` counts node chunks); parallel hidden loops
-    with constant bounds are also cut into ``tiles`` tiles (``g`` counts chunks x tiles)."""
-    if not any(isinstance(n, ir.Reduce) for n in ir.walk(loop.body)):
-        # no weight row to reuse: whole nodes per chunk, the contiguous hidden loop innermost
-        # (fewer, bigger work-groups: each costs PoCL a few microseconds to schedule)
-        g = ir.Var(fresh)
-        first = loop.start + g * chunk
-        node_loop = ir.For(loop.var, first, ir.minimum(first + chunk, loop.stop), loop.body, "serial")
-        count = (loop.stop - loop.start + (chunk - 1)) // chunk
-        return ir.For(fresh, 0, count, node_loop, "parallel")
-    lets: list[ir.Let] = []
-    body = loop.body
-    while isinstance(body, ir.Let):
-        lets.append(body)
-        body = body.body
-    inner = list(body.stmts) if isinstance(body, ir.Seq) else [body]
-    if not inner or not all(isinstance(x, ir.For) for x in inner):
-        return None
-    serial = all(x.kind in ("serial", "unrolled", "vectorized") for x in inner)
-    parallel = all(x.kind == "parallel" and ir.const_int(x.start) is not None
-                   and ir.const_int(x.stop) is not None for x in inner)
-    if not (serial or parallel):
-        return None
-    bound = {loop.var} | {x.var for x in lets}
-    if any(_free_vars(x.start) & bound or _free_vars(x.stop) & bound for x in inner):
-        return None
-    tiles = 1 if serial else max(1, min(tiles, min(ir.const_int(x.stop) - ir.const_int(x.start) for x in inner)))
-    g = ir.Var(fresh)
-    lo, hi = loop.start, loop.stop
-    first = lo + (g // tiles if tiles > 1 else g) * chunk
-    nests = []
-    for j in inner:
-        per_node: ir.Stmt = j.body
-        for let in reversed(lets):
-            per_node = ir.Let(let.var, let.value, per_node)
-        node_loop = ir.For(loop.var, first, ir.minimum(first + chunk, hi), per_node, "serial")
-        if tiles > 1:
-            a, b = ir.const_int(j.start), ir.const_int(j.stop)
-            size = -(-(b - a) // tiles)
-            start = a + (g % tiles) * size
-            nests.append(ir.For(j.var, start, ir.minimum(start + size, b), node_loop, "serial"))
-        else:
-            nests.append(ir.For(j.var, j.start, j.stop, node_loop, j.kind))
-    count = (hi - lo + (chunk - 1)) // chunk
-    return ir.For(fresh, 0, count * tiles if tiles > 1 else count, ir.seq(*nests), "parallel")
-
-
-def chunk_nodes(program: ir.Program, chunk: int = NODE_CHUNK, tiles: int = HIDDEN_TILES,
-                skip: frozenset[str] = frozenset()) -> ir.Program:
-    """Let each work-item run ``chunk`` nodes in lockstep, hidden unit by hidden unit, so a
-    weight row read for one node is reused from L1 by the next ``chunk - 1`` (a node-at-a-time
-    GEMV re-reads the whole weight matrix per node: for a TreeLSTM of hidden 256, 2.6 MB).
-
-    Applies to each kernel's outermost ``parallel`` node loop whose body is pure lets around
-    loops with node-independent bounds. When those hidden loops are parallel too (schedule
-    ``parallel="both"``), each chunk is also cut into ``tiles`` hidden tiles: work-groups over
-    (node chunks x hidden tiles), so a level of one node still spreads over several cores.
-    Legal because iterations of a parallel loop are independent, so interleaving them keeps
-    each one's own statement order. Kernels named in ``skip`` (already jammed) are kept."""
-    taken = {n.name for n in ir.walk(program) if isinstance(n, ir.Var)}
-    kernels = []
-    for k in program.kernels:
-        if k.name in skip:
-            kernels.append(k)
-            continue
-        fresh = "cx_chunk"
-        while fresh in taken:
-            fresh += "_"
-        taken.add(fresh)
-        body = k.body
-        top = list(body.stmts) if isinstance(body, ir.Seq) else [body]
-        out = []
-        for st in top:
-            if isinstance(st, ir.For) and st.kind == "parallel":
-                st = _chunk_loop(st, chunk, tiles, fresh) or st
-            out.append(st)
-        kernels.append(replace(k, body=ir.seq(*out)))
-    return replace(program, kernels=tuple(kernels))
-
-
 #: Independent partial sums per reduction step in :func:`split_reductions`.
 REDUCTION_WAYS = 8
 
@@ -308,6 +213,23 @@ def hoist_guards(program: ir.Program) -> ir.Program:
         cond, body = found
         zero = n.body.b.b if isinstance(n.body.b, ir.Select) else n.body.a.b  # type: ignore[union-attr]
         return ir.Select(cond, ir.Reduce("sum", n.var, n.start, n.stop, body), zero)
+
+    kernels = tuple(replace(k, body=ir.transform(k.body, f)) for k in program.kernels)
+    return replace(program, kernels=kernels)
+
+
+def unfused_fma(program: ir.Program) -> ir.Program:
+    """``fma(a, b, c)`` -> ``c + a * b``: the build flags (``-cl-unsafe-math-optimizations``)
+    let the driver contract it back into one FMA instruction, while PoCL's ``fma`` on the vector
+    statements of a jammed block is a library call per element (measured on the TreeLSTM h256:
+    b1 3.9 ms against 13.5 ms with ``fma``). Equal up to rounding, so the backend applies it
+    only with ``fast_math``; without it ``fma`` stays exact."""
+
+    def f(n: ir.Node) -> ir.Node | None:
+        if isinstance(n, ir.Call) and n.fn == "fma":
+            a, b, c = n.args
+            return ir.BinOp("+", c, ir.BinOp("*", a, b))
+        return None
 
     kernels = tuple(replace(k, body=ir.transform(k.body, f)) for k in program.kernels)
     return replace(program, kernels=kernels)
