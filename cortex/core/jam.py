@@ -40,11 +40,13 @@ range of every node variable.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from cortex.core import jam_fuse as fuse
 from cortex.core import loopir as ir
 from cortex.core.level_interchange import is_node_loop, node_lets
+from cortex.core.loop_transforms import rewrite_loops
+from cortex.core.lower_case import NameGen
 
 
 @dataclass(frozen=True)
@@ -123,7 +125,7 @@ def _land(conds: list[ir.Expr]) -> ir.Expr:
     return out
 
 
-def jam_node_loop(loop: ir.For, opts: JamOptions, program: ir.Program, names: fuse.Names) -> ir.Stmt | None:
+def jam_node_loop(loop: ir.For, opts: JamOptions, program: ir.Program, names: NameGen) -> ir.Stmt | None:
     """``loop`` jammed in stages (see the module doc), or None when it does not apply."""
     if opts.nodes < 2 or not is_node_loop(loop):
         return None
@@ -203,24 +205,5 @@ def jam_levels(program: ir.Program, opts: JamOptions) -> tuple[ir.Program, int]:
     """``program`` with every node loop :func:`jam_node_loop` applies to jammed, and how many."""
     if opts.nodes < 2:
         return program, 0
-    names = fuse.Names(program)
-    count = 0
-
-    def stmt(s: ir.Stmt) -> ir.Stmt:  # statements only: a node loop is never inside an expression
-        nonlocal count
-        if isinstance(s, ir.For):
-            new = jam_node_loop(s, opts, program, names)
-            if new is not None:
-                count += 1
-                return new
-            return replace(s, body=stmt(s.body))
-        if isinstance(s, ir.Seq):
-            return ir.seq(*(stmt(x) for x in s.stmts))
-        if isinstance(s, (ir.Let, ir.Alloc)):
-            return replace(s, body=stmt(s.body))
-        if isinstance(s, ir.If):
-            return ir.If(s.cond, stmt(s.then), None if s.orelse is None else stmt(s.orelse))
-        return s
-
-    kernels = tuple(replace(k, body=stmt(k.body)) for k in program.kernels)
-    return replace(program, kernels=kernels), count
+    names = fuse.names_of(program)
+    return rewrite_loops(program, lambda loop: jam_node_loop(loop, opts, program, names))

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from cortex.core import loopir as ir
+from cortex.core.lower_case import NameGen
 
 FUSED_OPS = ("sum", "max", "mean")
 
@@ -41,33 +42,24 @@ def free_names(node: ir.Node) -> set[str]:
     return {n.name for n in ir.walk(node) if isinstance(n, ir.Var)}
 
 
-class Names:
-    """Fresh identifiers, unique in one program (its names are never shadowed or reused)."""
-
-    def __init__(self, program: ir.Program) -> None:
-        taken = set(program.size_names) | {b.name for b in program.buffers}
-        for k in program.kernels:
-            taken.add(k.name)
-            taken.update(k.params)
-            for n in ir.walk(k.body):
-                if isinstance(n, ir.Var):
-                    taken.add(n.name)
-                elif isinstance(n, (ir.For, ir.Let, ir.Reduce)):
-                    taken.add(n.var)
-                elif isinstance(n, ir.Alloc):
-                    taken.add(n.name)
-        self.taken = taken
-
-    def fresh(self, base: str) -> str:
-        name, i = base, 0
-        while name in self.taken:
-            i += 1
-            name = f"{base}_{i}"
-        self.taken.add(name)
-        return name
+def names_of(program: ir.Program) -> NameGen:
+    """Fresh identifiers for ``program``: none of its names (sizes, buffers, kernels, params,
+    every bound or used name) is reused; its names are never shadowed or reused."""
+    taken = set(program.size_names) | {b.name for b in program.buffers}
+    for k in program.kernels:
+        taken.add(k.name)
+        taken.update(k.params)
+        for n in ir.walk(k.body):
+            if isinstance(n, ir.Var):
+                taken.add(n.name)
+            elif isinstance(n, (ir.For, ir.Let, ir.Reduce)):
+                taken.add(n.var)
+            elif isinstance(n, ir.Alloc):
+                taken.add(n.name)
+    return NameGen(taken)
 
 
-def renamed_binders(node: ir.Node, names: Names) -> ir.Node:
+def renamed_binders(node: ir.Node, names: NameGen) -> ir.Node:
     """``node`` with every name it binds (lets, loops, reductions, allocs) renamed freshly: a
     copy that can sit beside the original in one program."""
     mapping: dict[str, str] = {}
@@ -283,7 +275,7 @@ def _product(body: ir.Expr) -> tuple[ir.Expr, ir.Expr] | None:
 
 
 def jammed_block(blk: Block, m: int, envs: list[dict[str, ir.Expr]], sums: list[Sum], loops: list[list[Sum]],
-                 unroll: int, names: Names) -> ir.Stmt:
+                 unroll: int, names: NameGen) -> ir.Stmt:
     """The block for ``m`` nodes (``envs[q]``: node ``q``'s values of the node variable and
     lets) with ``sums`` fused in ``loops`` (see the module doc)."""
     W = blk.width
@@ -381,7 +373,7 @@ def jammed_block(blk: Block, m: int, envs: list[dict[str, ir.Expr]], sums: list[
 
 
 def _per_node(s: ir.Stmt, envs: list[dict[str, ir.Expr]], jam_names: set[str], dtypes: dict,
-              names: Names) -> ir.Stmt:
+              names: NameGen) -> ir.Stmt:
     """``s`` (lets and stores) for every node: a let that uses a node-dependent name once per
     node, in node order, then the next; any other once; stores per node. Every name it binds
     is fresh (the block sits beside other copies of the body)."""

@@ -27,8 +27,6 @@ reductions would re-stream every node's data per hidden unit (:func:`restreams_n
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from cortex.core import loopir as ir
 
 
@@ -147,29 +145,12 @@ def rows_independent(inner: ir.For, node: str) -> bool:
 def interchange_levels(program: ir.Program) -> tuple[ir.Program, int]:
     """``program`` with every node loop that is not inside a parallel loop interchanged where
     :func:`interchange_node_loop` applies; and how many were."""
-    count = 0
+    from cortex.core.loop_transforms import rewrite_loops
 
-    def stmt(s: ir.Stmt) -> ir.Stmt:
-        nonlocal count
-        if isinstance(s, ir.For):
-            if s.kind in ("parallel", "gpu_group", "gpu_thread", "vectorized"):
-                swapped = interchange_node_loop(s) if s.kind == "parallel" else None
-                if swapped is None:
-                    return s
-                count += 1
-                return ir.seq(*swapped)
-            swapped = interchange_node_loop(s)
-            if swapped is not None:
-                count += 1
-                return ir.seq(*swapped)
-            return replace(s, body=stmt(s.body))
-        if isinstance(s, ir.Seq):
-            return ir.seq(*(stmt(x) for x in s.stmts))
-        if isinstance(s, (ir.Let, ir.Alloc)):
-            return replace(s, body=stmt(s.body))
-        if isinstance(s, ir.If):
-            return ir.If(s.cond, stmt(s.then), None if s.orelse is None else stmt(s.orelse))
-        return s
+    def visit(loop: ir.For) -> ir.Stmt | None:
+        swapped = interchange_node_loop(loop) if loop.kind in ("parallel", "serial", "unrolled") else None
+        if swapped is not None:
+            return ir.seq(*swapped)
+        return loop if loop.kind in ("parallel", "gpu_group", "gpu_thread", "vectorized") else None
 
-    kernels = tuple(replace(k, body=stmt(k.body)) for k in program.kernels)
-    return replace(program, kernels=kernels), count
+    return rewrite_loops(program, visit)

@@ -23,8 +23,9 @@ from dataclasses import replace
 from typing import Callable
 
 from cortex.core import loopir as ir
-from cortex.core.jam_fuse import Names, free_names
+from cortex.core.jam_fuse import free_names, names_of
 from cortex.core.level_interchange import is_node_loop, node_lets, rows_independent
+from cortex.core.loop_transforms import rewrite_loops
 
 #: Rows of at most this many bytes are prefetched whole (a row of a 5H-wide table at H=256 is 5 KB).
 PREFETCH_MAX_ROW_BYTES = 16384
@@ -47,30 +48,13 @@ def _rewrite(program: ir.Program, f: Callable[[ir.Node], ir.Node | None]) -> tup
 
 def _outermost_parallel(program: ir.Program, f: Callable[[ir.For], ir.Stmt | None]) -> tuple[ir.Program, int]:
     """``f`` applied to every parallel loop that is not inside another parallel loop."""
-    count = 0
 
-    def stmt(s: ir.Stmt) -> ir.Stmt:
-        nonlocal count
-        if isinstance(s, ir.For):
-            if s.kind == "parallel":
-                new = f(s)
-                if new is not None:
-                    count += 1
-                    return new
-                return s
-            if s.kind in ("gpu_group", "gpu_thread", "vectorized"):
-                return s
-            return replace(s, body=stmt(s.body))
-        if isinstance(s, ir.Seq):
-            return ir.seq(*(stmt(x) for x in s.stmts))
-        if isinstance(s, (ir.Let, ir.Alloc)):
-            return replace(s, body=stmt(s.body))
-        if isinstance(s, ir.If):
-            return ir.If(s.cond, stmt(s.then), None if s.orelse is None else stmt(s.orelse))
-        return s
+    def visit(loop: ir.For) -> ir.Stmt | None:
+        if loop.kind == "parallel":
+            return f(loop) or loop
+        return loop if loop.kind in ("gpu_group", "gpu_thread", "vectorized") else None
 
-    kernels = tuple(replace(k, body=stmt(k.body)) for k in program.kernels)
-    return replace(program, kernels=kernels), count
+    return rewrite_loops(program, visit)
 
 
 # --------------------------------------------------------------------------- wide vectors
@@ -123,7 +107,20 @@ def widen_vector_nests(program: ir.Program, max_lanes: int) -> tuple[ir.Program,
 def _hidden_loop(body: ir.Stmt) -> tuple[ir.For, str, ir.Stmt, int, int] | None:
     """A node loop body's hidden loop as ``(loop, var, statement per unit, first, count)``:
     ``for j in a..b: S`` or the lowering's split ``for jw in 0..n: vectorized for jv in 0..W:
-    let j = jw*W + jv; S``."""
+    let j = jw*W + jv; S`` (with its tail guard ``if j < H: S`` when ``W`` does not divide
+    ``H``: then ``count`` is ``H``)."""
+    found = _hidden_split(body)
+    if found is None:
+        return None
+    loop, var, per_unit, first, count = found
+    if (isinstance(per_unit, ir.If) and per_unit.orelse is None and isinstance(per_unit.cond, ir.Cmp)
+            and per_unit.cond.op == "<" and per_unit.cond.a == ir.Var(var)
+            and ir.const_int(per_unit.cond.b) is not None and first < ir.const_int(per_unit.cond.b) <= first + count):  # type: ignore[operator]
+        return loop, var, per_unit.then, first, ir.const_int(per_unit.cond.b) - first  # type: ignore[operator]
+    return found
+
+
+def _hidden_split(body: ir.Stmt) -> tuple[ir.For, str, ir.Stmt, int, int] | None:
     if not isinstance(body, ir.For):
         return None
     a, b = ir.const_int(body.start), ir.const_int(body.stop)
@@ -150,7 +147,7 @@ def block_hidden_loops(program: ir.Program, width: int) -> tuple[ir.Program, int
     vectorized loop, or :func:`~cortex.core.level_interchange.rows_independent`) as
     ``lets; for jb in 0..n/width: vectorized for jl in 0..width: let j = a + jb*width + jl; S``
     -- unless it already has that shape."""
-    names = Names(program)
+    names = names_of(program)
 
     def f(node: ir.Node) -> ir.Node | None:
         if not (isinstance(node, ir.For) and is_node_loop(node)) or not any(
@@ -209,8 +206,12 @@ def _chunk_loop(loop: ir.For, chunk: int, tiles: int, fresh: str) -> ir.Stmt | N
     bound = {loop.var} | {name for name, _ in lets}
     if any((free_names(x.start) | free_names(x.stop)) & bound for x in inner):  # type: ignore[union-attr]
         return None
-    tiles = 1 if serial else max(1, min(tiles, min(ir.const_int(x.stop) - ir.const_int(x.start)  # type: ignore
-                                                    for x in inner)))
+    if serial or len(inner) > 1:
+        # one tile: a later hidden loop may read what an earlier one wrote at any hidden unit of
+        # the node, so a work unit must run every unit of the earlier loop first
+        tiles = 1
+    else:
+        tiles = max(1, min(tiles, ir.const_int(inner[0].stop) - ir.const_int(inner[0].start)))  # type: ignore
     g = ir.Var(fresh)
     lo, hi = loop.start, loop.stop
     first = lo + (g // tiles if tiles > 1 else g) * chunk
@@ -238,13 +239,15 @@ def chunk_nodes(program: ir.Program, chunk: int, tiles: int = 1) -> tuple[ir.Pro
     GEMV re-reads the whole weight matrix per node: for a TreeLSTM of hidden 256, 2.6 MB).
 
     Applies to every outermost ``parallel`` node loop whose body is pure lets around loops with
-    node-independent bounds. When those hidden loops are parallel too (``parallel="both"``),
-    each chunk is also cut into ``tiles`` hidden tiles: work units over (node chunks x hidden
-    tiles), so a level of one node still spreads over several cores. Legal because iterations
-    of a parallel loop are independent, so interleaving them keeps each one's own order."""
+    node-independent bounds. When the body is ONE hidden loop and it is parallel too
+    (``parallel="both"``), each chunk is also cut into ``tiles`` hidden tiles: work units over
+    (node chunks x hidden tiles), so a level of one node still spreads over several cores (with
+    several hidden loops a later one may read any unit an earlier one wrote: no tiles). Legal
+    because iterations of a parallel loop are independent, so interleaving them keeps each
+    one's own order."""
     if chunk < 2:
         return program, 0
-    names = Names(program)
+    names = names_of(program)
 
     def f(loop: ir.For) -> ir.Stmt | None:
         if not is_node_loop(loop):
@@ -267,7 +270,7 @@ def insert_prefetches(program: ir.Program, distance: int) -> tuple[ir.Program, i
     reaches only the next node's first ones. The index is clamped to 0 (a missing token is -1)."""
     if distance < 1:
         return program, 0
-    names = Names(program)
+    names = names_of(program)
     roles = {b.name: b for b in program.buffers}
 
     def f(loop: ir.For) -> ir.Stmt | None:

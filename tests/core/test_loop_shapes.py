@@ -176,3 +176,25 @@ def test_gathered_rows_are_prefetched_ahead_and_change_nothing():
     assert [(h.buffer, h.count) for h in hints] == [("Emb", 8)]
     _same(program, fetched, bufs, sizes)
     assert shapes.insert_prefetches(program, 0)[1] == 0
+
+
+def test_chunks_are_not_tiled_when_a_later_hidden_loop_reads_an_earlier_one():
+    """Two parallel hidden loops in a node (the second reads every unit the first wrote): hidden
+    tiles would run a tile of the second before the other tiles of the first, which the
+    interpreter's lock-step lanes hide; so such a body is chunked without tiles."""
+    v, j, k = ir.Var("v"), ir.Var("j"), ir.Var("k")
+    first = ir.For("j", 0, 8, ir.Store("t", (v, j), ir.Cast("float64", j)), "parallel")
+    second = ir.For("j2", 0, 8, ir.Store("h", (v, ir.Var("j2")), ir.Reduce("sum", "k", 0, 8, ir.Load("t", (v, k)))),
+                    "parallel")
+    node = ir.For("v", ir.Load("level_offsets", (ir.Var("l"),)), ir.Load("level_offsets", (ir.Var("l") + 1,)),
+                  ir.seq(first, second), "parallel")
+    del j
+    bufs = (ir.Buffer("level_offsets", "int32", (ir.Var("L") + 1,), "index", (ir.Const(0), ir.Var("N")), monotone=True),
+            ir.Buffer("t", "float64", (ir.Var("N"), 8), "temp"), ir.Buffer("h", "float64", (ir.Var("N"), 8), "output"))
+    p = ir.Program("p", (ir.Size("N"), ir.Size("L")), bufs, (ir.Kernel("level", ("l",), node),),
+                   (ir.HostFor("lh", 0, ir.Var("L"), (ir.Launch("level", (ir.Var("lh"),)),)),))
+    chunked, n = shapes.chunk_nodes(p, 2, tiles=4)
+    assert n == 1
+    g = chunked.kernel("level").body
+    assert isinstance(g.stop, ir.BinOp) and g.stop.op == "//"  # node chunks only, no tiles
+    verify(chunked)

@@ -311,14 +311,22 @@ def test_every_level_size_runs_through_the_jam_stages_like_the_reference():
 @pytest.mark.parametrize("knobs", [{"node_jam": 4, "jam_pad": False, "jam_unroll": 1},
                                    {"node_jam": 16, "jam_accumulators": 8, "hidden_jam": 32, "weight_block": 32},
                                    {"interchange": False, "node_jam": 1, "wide_lanes": 0, "prefetch": 0},
-                                   {"node_chunk": 4, "interchange": False, "node_jam": 1}],
-                         ids=["jam4-nopad", "jam16-32lanes", "no-interchange", "chunks"])
+                                   {"node_chunk": 4, "interchange": False, "node_jam": 1},
+                                   {"node_chunk": 2, "hidden_tiles": 4, "parallel": "both", "interchange": False,
+                                    "node_jam": 1}],
+                         ids=["jam4-nopad", "jam16-32lanes", "no-interchange", "chunks", "chunks-x-tiles"])
 def test_schedule_knobs_of_the_jam_match_the_reference(knobs):
+    """The knobs on the threads' sequential order (the interpreter runs parallel loops in
+    lock-step, which hides a work unit that reads another's results): TreeLSTM, and MV-RNN,
+    whose node body has several hidden loops."""
     from benchmarks.common import make_trees
 
     model = cortex.models.TreeLSTM(hidden=64, embed=8, vocab=40, dtype="float32", seed=7)
     exe = cortex.compile(model, target="llvm", threads=2, schedule=knobs)
     _assert_matches(model, exe(make_trees(2, 9, 2, 30, 40)), "float32", str(knobs))
+    mv = cortex.models.MVRNN(hidden=8, vocab=40, dtype="float64", seed=7)
+    exe = cortex.compile(mv, target="llvm", threads=1, dtype="float64", schedule=knobs)
+    _assert_matches(mv, exe(make_trees(3, 5, 2, 12, 40)), "float64", f"MVRNN {knobs}")
 
 
 def test_profile_build_records_every_barrier_per_thread():
