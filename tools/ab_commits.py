@@ -1,6 +1,9 @@
 """A/B of two source trees (two commits): the same model and batches timed in two worker
 processes, one per tree, asked in turn, so the machine's drift hits both alike.
 
+The model and its inputs are those of ``benchmarks/bench_treelstm.py`` (``--model``: TreeLSTM
+by default, h256, SST-like parse trees of 20-40 leaves, batches 1 and 10).
+
 Pipeline position: outside the pipeline, a measurement tool (like ``tools/ab_level1_tables.py``,
 which compares two executables of one tree in one process). Two commits cannot share a process
 (each has its own ``cortex``), so each tree gets a long-lived worker (``PYTHONPATH`` = the tree)
@@ -38,22 +41,23 @@ def worker(args: argparse.Namespace) -> int:
     import numpy as np
 
     import cortex
-    from benchmarks.common import make_trees
-    from cortex.models import TreeLSTM
+    from benchmarks import bench_treelstm as bench
 
-    model = TreeLSTM(hidden=args.hidden, embed=args.hidden, vocab=args.vocab, seed=0)
+    s = bench.settings_from(bench.parse_args(["--hidden", str(args.hidden), "--embed", str(args.hidden),
+                                              "--vocab", str(args.vocab), "--batches", args.batches]))
+    model, hidden, width = bench.build_model(args.model, s)
     opts = json.loads(args.compile_options) if args.compile_options else {}
     t0 = time.perf_counter()
     exe = cortex.compile(model, target=args.target, **opts)
     compile_s = time.perf_counter() - t0
     data = {}
     roots = {}
-    for b in (int(x) for x in args.batches.split(",")):
-        trees = make_trees(0, b, 20, 40, args.vocab)
-        batch = exe.linearize(trees)
+    for b in s.batches:
+        w = bench.build_workload(args.model, model, hidden, width, b, s)  # the benchmark's inputs
+        batch = exe.linearize(w.structures)
         out = exe.run(batch)  # fills the token tables' rows of this batch
-        roots[b] = np.asarray(out.root("h"), dtype=np.float64)
-        data[b] = (trees, batch)
+        roots[b] = np.asarray(out.root("h"), dtype=np.float64).reshape(b, -1)
+        data[b] = (w.structures, batch)
     print(json.dumps({"ready": True, "compile_s": compile_s, "cortex": cortex.__file__,
                       "schedule": exe.schedule.to_dict(),
                       "roots": {b: r.tolist() for b, r in roots.items()}}), flush=True)
@@ -81,7 +85,8 @@ def worker(args: argparse.Namespace) -> int:
 class _Worker:
     def __init__(self, tree: Path, args: argparse.Namespace, target: str, options: str) -> None:
         env = dict(os.environ, PYTHONPATH=str(tree))
-        cmd = [sys.executable, str(HERE), "--worker", "--target", target, "--hidden", str(args.hidden),
+        cmd = [sys.executable, str(HERE), "--worker", "--target", target, "--model", args.model,
+               "--hidden", str(args.hidden),
                "--vocab", str(args.vocab), "--batches", args.batches, "--compile-options", options]
         self.proc = subprocess.Popen(cmd, cwd=tree, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      text=True)
@@ -110,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--new", default=str(HERE.parent.parent), help="the new source tree (default: this one)")
     p.add_argument("--targets", default="llvm")
     p.add_argument("--target", default="llvm", help=argparse.SUPPRESS)
+    p.add_argument("--model", default="TreeLSTM", help="a model of benchmarks/bench_treelstm.py (its inputs)")
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--vocab", type=int, default=20000)
     p.add_argument("--batches", default="1,10")
@@ -160,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             for w in workers.values():
                 w.close()
-    doc = {"old": str(trees["old"]), "new": str(trees["new"]), "hidden": args.hidden, "vocab": args.vocab,
+    doc = {"old": str(trees["old"]), "new": str(trees["new"]), "model": args.model, "hidden": args.hidden,
+           "vocab": args.vocab,
            "rounds": args.rounds, "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "results": results}
     if args.out:
