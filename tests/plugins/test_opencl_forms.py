@@ -23,6 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "core"))
 from test_loopir_examples import child_sum, inputs, random_batch, tree_lstm, tree_rnn  # noqa: E402
 
 BUILDERS = {"tree_rnn": tree_rnn, "child_sum": child_sum, "tree_lstm": tree_lstm}
+#: A CPU OpenCL device's capabilities (no device needed for these transforms).
+BACKEND_CAPS = __import__("cortex.core.capabilities", fromlist=["Capabilities"]).Capabilities(
+    has_grid=False, group_barrier=True, max_threads_per_group=4096, num_cores=2, vector_bits=512,
+    vector_registers=32, dialect="opencl", single_call=False, single_group_form=True)
 
 
 def _case(name: str, seed: int = 0):
@@ -145,6 +149,48 @@ def test_tanh_via_sigmoid_computes_the_same(name):
     assert not any(isinstance(n, ir.Call) and n.fn == "tanh" for n in ir.walk(rewritten))
     want = interpret.run(program, bufs, sizes)["h"]
     np.testing.assert_allclose(interpret.run(rewritten, bufs, sizes)["h"], want, rtol=0, atol=1e-12)
+
+
+def test_hidden_nests_in_a_row_stay_serial_in_their_work_item():
+    """parallel='both' and fuse=False: a node's hidden nests one after the other, the later
+    reading what the earlier wrote at every unit, would need a group barrier between them as
+    work-item loops: they run serially in the group's work-item instead."""
+    from cortex.core.lower import lower
+    from cortex.core.schedule import ScheduleSpace
+    from cortex.testing import zoo
+
+    caps = replace(BACKEND_CAPS, num_cores=2)
+    sp = ScheduleSpace(caps, "float32")
+    graph = zoo.get("TreeLSTM").model().trace()
+    low = lower(graph, sp.with_knobs(parallel="both", fuse=False, interchange=False, node_jam=1, node_chunk=1), caps)
+    mapped = forms.to_work_groups(low.program)
+    level = next(k for k in mapped.kernels if k.name == "level")
+    group = next(n for n in ir.walk(level.body) if isinstance(n, ir.For) and n.kind == "gpu_group")
+    assert not any(isinstance(n, ir.For) and n.kind in ("gpu_thread", "parallel") for n in ir.walk(group.body))
+    assert not any(isinstance(n, ir.Barrier) for n in ir.walk(group.body))
+    verify(mapped)
+
+
+def test_interchanged_hidden_nests_run_as_one_kernel_each():
+    """An interchanged level with two hidden nests is two parallel loops in a row: on OpenCL,
+    where only a launch separates work-groups, each becomes a kernel of its own, launched in
+    turn, and the single-group kernel inlines them with a barrier between."""
+    program, bufs, sizes = _case("tree_rnn", seed=2)
+    from cortex.core.level_interchange import interchange_levels
+
+    two = ir.transform(program, lambda n: replace(n, body=ir.seq(n.body, ir.For(
+        "j2", 0, 4, ir.Store("h", (ir.Var("v"), ir.Var("j2")), ir.Load("h", (ir.Var("v"), ir.Var("j2")))),
+        "parallel"))) if isinstance(n, ir.Let) and n.var == "c1" else None)
+    swapped, n = interchange_levels(two)
+    assert n == 1
+    phased = forms.split_phases(swapped)
+    names = [k.name for k in phased.kernels]
+    assert "level" in names and "level_phase1" in names
+    launches = [s.kernel for st in phased.host if isinstance(st, ir.HostFor) for s in st.body]
+    assert launches == ["level", "level_phase1"]
+    single = verify(_single_program(forms.to_work_groups(phased)))
+    want = interpret.run(program, dict(bufs), sizes)["h"]
+    np.testing.assert_allclose(interpret.run(single, dict(bufs), sizes)["h"], want, rtol=1e-12, atol=1e-12)
 
 
 def test_unfused_fma_is_a_multiply_add():

@@ -111,11 +111,16 @@ def serpentine(body: ir.Stmt, odd: ir.Expr) -> ir.Stmt:
     2 MB L2), so in the same order every level the cache holds the END of the weights when the
     next level starts at their beginning. Alternating the direction from level to level starts
     each level on what the last one read last. Legal because the iterations of a work-group loop
-    are independent (any order is)."""
+    are independent (any order is). A loop whose body holds a group barrier (work-item loops in a
+    row) keeps its order: the always-true range test the mirrored index needs would put the
+    barrier under an ``if``, which PoCL's work-group compiler gets wrong (the conformance suite's
+    random schedules saw NaNs)."""
 
     def f(n: ir.Node) -> ir.Node | None:
         if isinstance(n, ir.For) and n.kind == "gpu_group":
             inner = n.var + "_fw"
+            if any(isinstance(m, ir.Barrier) for m in ir.walk(n.body)):
+                return None  # it would sit under the `if` below, where PoCL miscompiles a barrier
             mirrored = ir.Select(odd, n.start + n.stop - 1 - ir.Var(inner), ir.Var(inner))
             g = ir.Var(n.var)
             # always true; it gives the verifier the loop variable's range back
@@ -265,6 +270,59 @@ def _float_dtype(e: ir.Expr, program: ir.Program) -> str | None:
     return dt if dt in ir.FLOAT_DTYPES else None
 
 
+def _has_parallel(s: ir.Stmt) -> bool:
+    return any(isinstance(n, ir.For) and n.kind == "parallel" for n in ir.walk(s))
+
+
+def split_phases(program: ir.Program) -> ir.Program:
+    """A kernel whose body (under its lets) is a sequence in which two or more statements hold
+    a parallel loop -- an interchanged level: one parallel loop per hidden nest, the later ones
+    reading what the earlier ones wrote -- becomes one kernel per statement, launched in turn:
+    in the per-level form a launch boundary is the only barrier across work-groups OpenCL has.
+    The single-work-group kernel inlines them with a group barrier between each."""
+    kernels: list[ir.Kernel] = []
+    parts_of: dict[str, list[str]] = {}
+    taken = {k.name for k in program.kernels}
+    for k in program.kernels:
+        lets: list[ir.Let] = []
+        body = k.body
+        while isinstance(body, ir.Let):
+            lets.append(body)
+            body = body.body
+        top = list(body.stmts) if isinstance(body, ir.Seq) else [body]
+        if sum(_has_parallel(s) for s in top) < 2:
+            kernels.append(k)
+            continue
+        names = []
+        for i, s in enumerate(top):
+            name = k.name
+            if i:
+                name = f"{k.name}_phase{i}"
+                while name in taken:
+                    name += "_"
+                taken.add(name)
+            for let in reversed(lets):
+                s = ir.Let(let.var, let.value, s)
+            kernels.append(replace(k, name=name, body=s))
+            names.append(name)
+        parts_of[k.name] = names
+    if not parts_of:
+        return program
+
+    def steps(host: tuple[ir.Node, ...]) -> tuple[ir.Node, ...]:
+        out: list[ir.Node] = []
+        for st in host:
+            if isinstance(st, ir.Launch) and st.kernel in parts_of:
+                out += [ir.Launch(name, st.args) for name in parts_of[st.kernel]]
+            elif isinstance(st, ir.HostFor):
+                out.append(replace(st, body=steps(st.body)))
+            else:
+                out.append(st)
+        return tuple(out)
+
+    return replace(program, kernels=tuple(kernels), host=steps(program.host))
+
+
 def to_work_groups(program: ir.Program) -> ir.Program:
     """CPU-style parallel loops -> OpenCL work-groups and work-items.
 
@@ -272,7 +330,13 @@ def to_work_groups(program: ir.Program) -> ir.Program:
     loops ``parallel``; here, in each kernel, the outermost ``parallel`` loops (not inside a
     serial loop) become ``gpu_group`` loops and the outermost ``parallel`` loops inside those
     become ``gpu_thread`` loops; deeper ones run serially within their work-item. Parallel
-    loops promise no loop-carried dependence, so any such mapping is legal."""
+    loops promise no loop-carried dependence, so any such mapping is legal; but where a group
+    would run two work-item loops one after the other (a node's hidden nests under
+    ``parallel="both"``, the later reading units the earlier wrote) they stay serial in the
+    work-item instead: the statement order needs a group barrier between them, and PoCL's
+    work-group compiler gets a barrier inside a work-group loop wrong (the conformance suite's
+    random schedules found both: a race without it, wrong values with it).
+    (Statements that hold work-group loops one after the other: :func:`split_phases`.)"""
 
     def stmt(s: ir.Stmt, depth: int) -> ir.Stmt:
         # depth: 0 = no group loop above, 1 = inside a group loop, 2 = inside a thread loop,
@@ -288,6 +352,8 @@ def to_work_groups(program: ir.Program) -> ir.Program:
             body = stmt(s.body, inner)
             return replace(s, kind=kind, body=body)
         if isinstance(s, ir.Seq):
+            if depth == 1 and sum(_has_parallel(x) for x in s.stmts) >= 2:
+                depth = 3  # work-item loops in a row: serial within the work-item
             return ir.Seq(tuple(stmt(x, depth) for x in s.stmts))
         if isinstance(s, (ir.Let, ir.Alloc)):
             return replace(s, body=stmt(s.body, depth))
