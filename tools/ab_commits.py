@@ -150,14 +150,23 @@ def main(argv: list[str] | None = None) -> int:
                 diff = max(abs(x - y) for ro, rn in zip(old_root, new_root) for x, y in zip(ro, rn))
                 row = {"target": target, "batch": b, "max_abs_diff": diff}
                 for kind in ("run_ms", "call_ms"):
+                    old_t, new_t = times[("old", b, kind)], times[("new", b, kind)]
                     med = {k: statistics.median(times[(k, b, kind)]) for k in ("old", "new")}
+                    per_round = sorted(n / o for o, n in zip(old_t, new_t))
                     row[kind] = {**med, "ratio": med["new"] / med["old"],
-                                 "old_all": times[("old", b, kind)], "new_all": times[("new", b, kind)]}
+                                 "min_old": min(old_t), "min_new": min(new_t), "min_ratio": min(new_t) / min(old_t),
+                                 "round_ratio_median": statistics.median(per_round),
+                                 "round_ratio_quartiles": [per_round[len(per_round) // 4],
+                                                           per_round[3 * len(per_round) // 4]],
+                                 "old_all": old_t, "new_all": new_t}
                 results.append(row)
-                print(f"{target} b{b}: prelinearized old {row['run_ms']['old']:.3f} new {row['run_ms']['new']:.3f} ms "
-                      f"(ratio {row['run_ms']['ratio']:.3f}); call old {row['call_ms']['old']:.3f} new "
-                      f"{row['call_ms']['new']:.3f} ms (ratio {row['call_ms']['ratio']:.3f}); "
-                      f"max |diff| {diff:.1e}", file=sys.stderr)
+                for kind, what in (("run_ms", "prelinearized"), ("call_ms", "call")):
+                    x = row[kind]
+                    print(f"{target} b{b} {what}: median old {x['old']:.3f} new {x['new']:.3f} ms (ratio "
+                          f"{x['ratio']:.3f}; per-round ratio median {x['round_ratio_median']:.3f}, quartiles "
+                          f"{x['round_ratio_quartiles'][0]:.2f}-{x['round_ratio_quartiles'][1]:.2f}); min old "
+                          f"{x['min_old']:.3f} new {x['min_new']:.3f} ms (ratio {x['min_ratio']:.3f})", file=sys.stderr)
+                print(f"{target} b{b}: max |diff| of the root states {diff:.1e}", file=sys.stderr)
             for k in ("old", "new"):
                 print(f"{target} {k}: compile {workers[k].ready['compile_s']:.2f} s, schedule "
                       f"{json.dumps(workers[k].ready['schedule'], sort_keys=True)}", file=sys.stderr)
@@ -168,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
                 w.close()
     doc = {"old": str(trees["old"]), "new": str(trees["new"]), "model": args.model, "hidden": args.hidden,
            "vocab": args.vocab,
-           "rounds": args.rounds, "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+           "rounds": args.rounds, "calls_per_round": args.calls_per_round, "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "results": results}
     if args.out:
         Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")

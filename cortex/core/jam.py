@@ -12,30 +12,36 @@ iterations are independent) whose body is node lets around one ``vectorized`` hi
 ``vectorized for jv in 0..W: B`` with ``B`` lets and stores (an interchanged level: the loop
 over the hidden blocks is outside)::
 
-    for v in lo..hi:                          let s0 = lo
-      lets(v)                                 for g in 0..(hi - s0 + 2) // 8:      # groups of 8
-      vectorized for jv: B(v)        ->         if lo <= v0 < hi:                  # v0 = s0 + 8g
-                                                  let v_q = min(v0 + q, hi - 1); lets(v_q)
-                                                  if guards(v_0) and .. guards(v_7):
-                                                    <jammed block of 8 nodes>     (jam_fuse)
-                                                  else:
-                                                    for v in v0..min(v0 + 8, hi): lets(v); B(v)  # cold
-                                              let s1 = s0 + min(8 * count, hi - s0)
-                                              for g in ..: groups of 4, then 2, then 1
+    for v in lo..hi:               alloc private next[1]: next[0] = lo
+      lets(v)                      for trip in 0..hi - lo:           # one group a trip, at most
+      vectorized for jv: B(v)        let v0 = next[0]
+                                     if lo <= v0 < hi:                # while nodes are left
+                                       let left = hi - v0
+                                       let v_q = min(v0 + q, hi - 1); lets(v_q)   # q < node_jam
+                                       if left >= 6 and guards(v_0 .. v_7):
+                                         <jammed block of 8 nodes> (jam_fuse); next[0] = v0 + min(left, 8)
+                                       else if left >= 3 and guards(v_0 .. v_3):
+                                         <jammed block of 4 nodes>; next[0] = v0 + min(left, 4)
+                                       else if left >= 2 and guards(v_0, v_1): <2 nodes> ...
+                                       else if guards(v_0): <1 node>; next[0] = v0 + 1
+                                       else: for v in v0..v0 + 1: lets(v); B(v)  # cold; next[0] = v0 + 1
 
-Groups run in *stages* (:func:`stages`): groups of ``m`` while at least ``least`` nodes are
-left, ``m`` halving down to 1 (8 while 6 are left, then 4 while 3 are, then 2, then 1). A short
-group repeats its last node (``min(v0 + q, hi - 1)``), which is allowed only with ``pad`` and
-when the body reads nothing it stores at its own row (:func:`no_self_reads`: a repeated
-read-modify-write would apply twice); otherwise every stage needs its full size. A level of 2-5
-nodes then costs a group of 2 or 4, not a padded 8.
+A cursor walks the level and each trip runs the largest group that fits and whose guards hold:
+``node_jam`` nodes while at least three quarters of that are left, then half as many, down to
+one (:func:`stages`: 8 while 6 are left, then 4 while 3 are, then 2, then 1). A short group
+repeats its last node (``min(v0 + q, hi - 1)``), which is allowed only with ``pad`` and when the
+body reads nothing it stores at its own row (:func:`no_self_reads`: a repeated read-modify-write
+would apply twice); otherwise every group needs its full size. A level of 2-5 nodes then costs a
+group of 2 or 4, not a padded 8. The loop has a trip per node at most; the trips after the last
+group do nothing.
 
 *Guards* are the conditions ``c`` of ``select(c, x, 0)`` in ``B`` that depend only on node lets
-and load nothing (a child exists: ``ch >= 0``); the jammed block is ``B`` with them taken
-(no conditional load in its loops), run when they hold for every node of the group, and the
-group runs node by node through the plain body otherwise (a ``cold`` loop: rarely run, so its
-code is kept small). The always-true ``lo <= v0 < hi`` and the ``min`` give the verifier the
-range of every node variable.
+and load nothing (a child exists: ``ch >= 0``); a jammed block is ``B`` with them taken (no
+conditional load in its loops), run when they hold for every node of the group. Where one fails
+the cursor tries the next smaller group, and a node whose own guard fails runs alone through
+the plain body, in a loop annotated ``cold`` (rarely run: its code is kept small). There is one
+copy of the plain body and one jammed block per group size. The always-true ``lo <= v0 < hi``
+and the ``min`` give the verifier the range of every node variable.
 """
 
 from __future__ import annotations
@@ -59,6 +65,7 @@ class JamOptions:
     accumulators: int = 24  # SIMD registers one fused loop may keep accumulators in
     register_lanes: int = 16  # lanes of one SIMD register for the program's float type
     unroll: int = 1  # steps of a fused reduction loop per trip (a constant trip count it divides)
+    interleave: bool = True  # the group's body let by let for every node (else node by node)
 
 
 def stages(nodes: int, pad: bool) -> tuple[tuple[int, int], ...]:
@@ -125,9 +132,11 @@ def _land(conds: list[ir.Expr]) -> ir.Expr:
     return out
 
 
-def jam_node_loop(loop: ir.For, opts: JamOptions, program: ir.Program, names: NameGen) -> ir.Stmt | None:
-    """``loop`` jammed in stages (see the module doc), or None when it does not apply."""
-    if opts.nodes < 2 or not is_node_loop(loop):
+def jam_node_loop(loop: ir.For, opts: JamOptions, program: ir.Program, names: NameGen,
+                  independent: bool = False) -> ir.Stmt | None:
+    """``loop`` jammed (see the module doc), or None when it does not apply. ``independent``:
+    the caller knows the iterations are independent (a chunk of a level's nodes)."""
+    if opts.nodes < 2 or not (independent or is_node_loop(loop)):
         return None
     lets, block = node_lets(loop)
     if not (isinstance(block, ir.For) and block.kind == "vectorized"):
@@ -176,7 +185,7 @@ def jam_node_loop(loop: ir.For, opts: JamOptions, program: ir.Program, names: Na
         per_loop = max(1, opts.accumulators // (m * regs))
         loops = fuse.plan_loops(sums, per_loop)
         moved = v0 + ir.minimum(left, m) if m > 1 else v0 + 1
-        return ir.seq(fuse.jammed_block(blk, m, envs[:m], sums, loops, opts.unroll, names),
+        return ir.seq(fuse.jammed_block(blk, m, envs[:m], sums, loops, opts.unroll, names, opts.interleave),
                       ir.Store(cursor, (ir.Const(0),), moved))
 
     # the largest group that fits and whose guards hold; a node whose guards fail runs alone
@@ -201,9 +210,57 @@ def jam_node_loop(loop: ir.For, opts: JamOptions, program: ir.Program, names: Na
     return ir.Let(lo.name, loop.start, ir.Let(hi.name, loop.stop, out))
 
 
-def jam_levels(program: ir.Program, opts: JamOptions) -> tuple[ir.Program, int]:
-    """``program`` with every node loop :func:`jam_node_loop` applies to jammed, and how many."""
+def jam_chunks(loop: ir.For, opts: JamOptions, program: ir.Program, names: NameGen) -> ir.Stmt | None:
+    """A parallel level loop that was not interchanged, ``lets; for jb in 0..B: vectorized for jv:
+    B`` (hidden blocks inside each node), jammed as work units of (hidden block, chunk of
+    ``node_jam`` nodes)::
+
+        parallel for g in 0..B * C:                     # C = ceil(level / node_jam) chunks
+          let jb = g // C; let first = lo + (g % C) * node_jam; let last = min(first + node_jam, hi)
+          <the chunk's nodes first..last jammed over block jb, as in the module doc>
+
+    Consecutive work units share a hidden block (its weights stay in the cache for the next
+    chunk), and a level of one node still has ``B`` work units. None when it does not apply."""
+    if loop.kind != "parallel" or not is_node_loop(loop):
+        return None
+    lets, blocks = node_lets(loop)
+    if not (isinstance(blocks, ir.For) and blocks.kind in ("serial", "parallel") and isinstance(blocks.body, ir.For)
+            and blocks.body.kind == "vectorized" and ir.const_int(blocks.start) == 0):
+        return None
+    count = ir.const_int(blocks.stop)
+    if count is None or count < 1:
+        return None
+    m = opts.nodes
+    lo, hi = ir.Var(names.fresh(f"{loop.var}_lo")), ir.Var(names.fresh(f"{loop.var}_hi"))
+    chunks = ir.Var(names.fresh(f"{loop.var}_chunks"))
+    g, first, last = (ir.Var(names.fresh(f"{loop.var}_{n}")) for n in ("unit", "first", "last"))
+    body: ir.Stmt = blocks.body
+    for name, value in reversed(lets):
+        body = ir.Let(name, value, body)
+    chunk = ir.For(loop.var, first, last, body, "serial")
+    jammed = jam_node_loop(chunk, opts, program, names, independent=True)
+    if jammed is None:
+        return None
+    # always true: the range of the block and of the chunk, for the verifier
+    block = ir.Var(blocks.var)
+    unit = ir.If(ir.land(ir.land(ir.Cmp(">=", block, ir.Const(0)), ir.Cmp("<", block, ir.Const(count))),
+                         ir.land(ir.Cmp(">=", first, lo), ir.Cmp("<=", last, hi))), jammed)
+    unit = ir.Let(last.name, ir.minimum(first + m, hi), unit)
+    unit = ir.Let(first.name, lo + (g % chunks) * m, unit)
+    unit = ir.Let(blocks.var, g // chunks, unit)
+    out = ir.For(g.name, 0, chunks * count, unit, "parallel")
+    out = ir.Let(chunks.name, (hi - lo + (m - 1)) // m, out)
+    return ir.Let(lo.name, loop.start, ir.Let(hi.name, loop.stop, out))
+
+
+def jam_levels(program: ir.Program, opts: JamOptions, interchanged: bool = True) -> tuple[ir.Program, int]:
+    """``program`` with every level loop jammed where it applies, and how many: the node loops
+    of an interchanged level (:func:`jam_node_loop`), or with ``interchanged=False`` the
+    parallel level loops as work units of hidden block x node chunk (:func:`jam_chunks`)."""
     if opts.nodes < 2:
         return program, 0
     names = fuse.names_of(program)
-    return rewrite_loops(program, lambda loop: jam_node_loop(loop, opts, program, names))
+    if interchanged:
+        return rewrite_loops(program, lambda loop: jam_node_loop(loop, opts, program, names))
+    return rewrite_loops(program, lambda loop: jam_chunks(loop, opts, program, names)
+                         or (loop if loop.kind == "parallel" else None))

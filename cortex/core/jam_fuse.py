@@ -275,9 +275,10 @@ def _product(body: ir.Expr) -> tuple[ir.Expr, ir.Expr] | None:
 
 
 def jammed_block(blk: Block, m: int, envs: list[dict[str, ir.Expr]], sums: list[Sum], loops: list[list[Sum]],
-                 unroll: int, names: NameGen) -> ir.Stmt:
+                 unroll: int, names: NameGen, interleave: bool = True) -> ir.Stmt:
     """The block for ``m`` nodes (``envs[q]``: node ``q``'s values of the node variable and
-    lets) with ``sums`` fused in ``loops`` (see the module doc)."""
+    lets) with ``sums`` fused in ``loops`` (see the module doc); with ``interleave`` off the
+    body runs node after node, one vector loop each, instead of let by let."""
     W = blk.width
     dtype = ir.infer_dtype(sums[0].node, blk.dtypes)
     acc = names.fresh("acc")
@@ -367,8 +368,14 @@ def jammed_block(blk: Block, m: int, envs: list[dict[str, ir.Expr]], sums: list[
              for q in range(m)]
     jam_names = node_names | {h.name for h in holders.values()}
     dtypes = dict(blk.dtypes) | {acc: dtype}
-    out = _per_node(body, env_q, jam_names, dtypes, names)  # type: ignore[arg-type]
-    parts.append(ir.For(lane.name, 0, W, out, "vectorized"))
+    if interleave:
+        out = _per_node(body, env_q, jam_names, dtypes, names)  # type: ignore[arg-type]
+        parts.append(ir.For(lane.name, 0, W, out, "vectorized"))
+    else:
+        for env in env_q:
+            jl = names.fresh(blk.lane)
+            out = _per_node(body, [env | {blk.lane: ir.Var(jl)}], jam_names, dtypes, names)  # type: ignore[arg-type]
+            parts.append(ir.For(jl, 0, W, ir.substitute(out, {lane.name: ir.Var(jl)}), "vectorized"))  # type: ignore[arg-type]
     return ir.Alloc(acc, dtype, (len(sums) * m * W,), "private", ir.seq(*parts))
 
 

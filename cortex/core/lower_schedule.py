@@ -150,7 +150,7 @@ def apply_loop_schedule(program: ir.Program, s: Schedule, caps: Capabilities) ->
     if s.wide_lanes:
         program, n = shapes.widen_vector_nests(program, s.wide_lanes)
         notes.append(f"wide_lanes={s.wide_lanes}: {n} split column loops merged into one vector")
-    jam = s.node_jam > 1 and s.interchange
+    jam = s.node_jam > 1
     if jam:
         program, n = shapes.block_hidden_loops(program, s.hidden_jam)
         if n:
@@ -161,9 +161,11 @@ def apply_loop_schedule(program: ir.Program, s: Schedule, caps: Capabilities) ->
     if jam:
         lanes = caps.vector_lanes(_itemsize(_float_dtype(program)))
         opts = JamOptions(nodes=s.node_jam, pad=s.jam_pad, accumulators=s.jam_accumulators,
-                          register_lanes=lanes if lanes > 1 else s.hidden_jam, unroll=s.jam_unroll)
-        program, n = jam_levels(program, opts)
-        notes.append(f"node_jam={s.node_jam}: {n} level loops jammed in groups of "
+                          register_lanes=lanes if lanes > 1 else s.hidden_jam, unroll=s.jam_unroll,
+                          interleave=s.jam_interleave)
+        program, n = jam_levels(program, opts, interchanged=s.interchange)
+        notes.append(f"node_jam={s.node_jam}: {n} level loops jammed"
+                     f"{'' if s.interchange else ' (work units of hidden block x node chunk)'} in groups of "
                      f"{'/'.join(str(m) for m, _ in stages(s.node_jam, s.jam_pad))} nodes, "
                      f"{s.hidden_jam} hidden units, fused loops of at most {s.jam_accumulators} accumulators, "
                      f"{s.jam_unroll} steps a trip")

@@ -259,12 +259,17 @@ class CRenderer:
             value = self.expr(s.value)
             return self.flush(pad) + [f"{pad}{target} = {value};"]
         if isinstance(s, ir.Let):
-            value = self.expr(s.value)
-            t = self.ctype(self.dtype(s.value))
-            out = [f"{pad}{{"] + self.flush(pad + "  ") + [f"{pad}  const {t} {s.var} = {value};"]
-            if not self._used(s):
-                out.append(f"{pad}  (void){s.var};")
-            return out + self.stmt(s.body, depth + 1) + [f"{pad}}}"]
+            # a chain of lets is one block of declarations (names are never shadowed): a block
+            # per let nested a jammed body's hundreds of lets past clang's 256 brackets
+            out = [f"{pad}{{"]
+            while isinstance(s, ir.Let):
+                value = self.expr(s.value)
+                t = self.ctype(self.dtype(s.value))
+                out += self.flush(pad + "  ") + [f"{pad}  const {t} {s.var} = {value};"]
+                if not self._used(s):
+                    out.append(f"{pad}  (void){s.var};")
+                s = s.body
+            return out + self.stmt(s, depth + 1) + [f"{pad}}}"]
         if isinstance(s, ir.If):
             cond = self.expr(s.cond)
             out = self.flush(pad) + [f"{pad}if ({cond}) {{"] + self.stmt(s.then, depth + 1)

@@ -57,6 +57,7 @@ class Schedule:
     jam_pad: bool = True
     jam_accumulators: int = 24
     jam_unroll: int = 1
+    jam_interleave: bool = True
     hidden_jam: int = 16
     weight_block: int = 16
     wide_lanes: int = 0

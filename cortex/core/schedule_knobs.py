@@ -31,6 +31,7 @@ preference in ``Capabilities.preferred`` and the rule takes it when it is legal.
 ``jam_pad``            a short last group repeats its last node where that is legal
 ``jam_accumulators``   SIMD registers one fused reduction loop keeps accumulators in
 ``jam_unroll``         steps of a fused reduction loop per trip
+``jam_interleave``     a jammed group's body let by let for every node, or node by node
 ``hidden_jam``         hidden units per jammed block (the lanes of its vectors)
 ``weight_block``       rows per block of a ``packed`` weight
 ``wide_lanes``         widest vector a matrix nest's split column loop is merged into (0 = off)
@@ -155,6 +156,8 @@ def space_knobs(caps: Capabilities, dtype: str) -> tuple[tuple[Knob, ...], tuple
              "SIMD registers of accumulators per fused loop", acc_rule if cpu else "no jam", **jam),
         knob("jam_unroll", (1, 2, 4) if cpu else (1,), 1, "steps of a fused reduction loop per trip",
              "one step", **jam),
+        knob("jam_interleave", (True, False) if cpu else (True,), True,
+             "a jammed group's body let by let for every node (False: node by node)", "let by let", **jam),
         knob("hidden_jam", _with(_pow2_upto(64, 2), 16) if cpu else (16,), hidden_jam if cpu else 16,
              "hidden units per jammed block", "no jam", **jam),
         knob("weight_block", _pow2_upto(64, 2) if lanes > 1 else (16,), weight_block if lanes > 1 else 16,
@@ -183,7 +186,5 @@ def space_knobs(caps: Capabilities, dtype: str) -> tuple[tuple[Knob, ...], tuple
         Constraint("persistent weights need the level loop inside one kernel (kernel_form='single')",
                    lambda s: not (s.persistent and grid and s.kernel_form != "single"),
                    ("persistent", "kernel_form")),
-        Constraint("a node jam works on interchanged levels: node_jam > 1 needs interchange=True",
-                   lambda s: s.node_jam == 1 or s.interchange, ("node_jam", "interchange")),
     )
     return knobs, constraints

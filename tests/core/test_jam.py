@@ -74,7 +74,7 @@ def test_stages_halve_the_group_and_pad_from_three_quarters():
 @pytest.mark.parametrize("serial", [True, False])
 @pytest.mark.parametrize("drop_children", [False, True])
 @pytest.mark.parametrize("opts", [JamOptions(nodes=8, pad=True, accumulators=24, register_lanes=4, unroll=2),
-                                  JamOptions(nodes=4, pad=False, accumulators=6, register_lanes=4, unroll=1),
+                                  JamOptions(nodes=4, pad=False, accumulators=6, register_lanes=4, unroll=1, interleave=False),
                                   JamOptions(nodes=3, pad=True, accumulators=4, register_lanes=2, unroll=4)],
                          ids=["8-pad-u2", "4-nopad-6accs", "3-tiny-budget"])
 def test_jammed_program_computes_the_same_and_verifies(name, serial, drop_children, opts):
@@ -195,3 +195,19 @@ def test_split_lane_keeps_only_the_lane_in_the_block_index():
     assert split_lane(ir.BinOp("%", jb * 16 + jl + 64, ir.Const(16)), "jl", 16) == jl
     kept = ir.BinOp("//", jb * 16 + jl + 8, ir.Const(16))  # 8 is not a multiple: the lane may cross
     assert split_lane(kept, "jl", 16) == kept
+
+
+@pytest.mark.parametrize("name", sorted(BUILDERS))
+@pytest.mark.parametrize("drop_children", [False, True])
+def test_a_level_jammed_without_interchange_runs_chunks_of_nodes_per_hidden_block(name, drop_children):
+    """interchange=False: the level loop becomes work units of (hidden block, chunk of nodes),
+    each chunk walked in groups as in the interchanged form."""
+    program, bufs, sizes = _case(name, seed=7, drop_children=drop_children, n_trees=12)
+    blocked, _ = block_hidden_loops(_serial_hidden(program), 4)
+    jammed, n = jam_levels(blocked, JamOptions(nodes=4, register_lanes=4, unroll=2), interchanged=False)
+    assert n >= 1
+    verify(jammed)
+    level = jammed.kernel("level").body
+    units = [x for x in ir.walk(level) if isinstance(x, ir.For) and x.kind == "parallel"]
+    assert len(units) == 1 and isinstance(units[0].stop, ir.BinOp) and units[0].stop.op == "*"
+    _same(program, jammed, bufs, sizes)

@@ -176,7 +176,7 @@ def test_passes_option():
     ({"dtype": "int32"}, "dtype", "one of 'float32', 'float64'"),
     ({"schedule": {"unrol": 2}}, "schedule", "unknown knob 'unrol'"),
     ({"schedule": {"unroll": 3}}, "schedule", "unroll=3 is not legal here; choices: [1, 2, 4, 8]"),
-    ({"schedule": {"node_jam": 4, "interchange": False}}, "schedule", "node_jam > 1 needs interchange"),
+    ({"schedule": {"tile_hidden": 8, "vector_width": 16}}, "schedule", "multiple of vector_width"),
     ({"schedule": Schedule(parallel="sideways")}, "schedule", "parallel='sideways' is not legal"),
     ({"schedule": "{not json"}, "schedule", "not valid JSON"),
     ({"schedule": 42}, "schedule", "a dict of schedule knobs"),

@@ -22,8 +22,8 @@ PLAIN = Capabilities()
 def test_knob_names_are_the_ones_the_lowering_reads():
     assert KNOB_NAMES == ("tile_hidden", "vector_width", "unroll", "parallel", "weight_layout", "persistent",
                           "kernel_form", "leaf_specialization", "fuse", "threads", "reduce_lanes",
-                          "interchange", "node_jam", "jam_pad", "jam_accumulators", "jam_unroll", "hidden_jam",
-                          "weight_block", "wide_lanes", "prefetch", "node_chunk", "hidden_tiles",
+                          "interchange", "node_jam", "jam_pad", "jam_accumulators", "jam_unroll", "jam_interleave",
+                          "hidden_jam", "weight_block", "wide_lanes", "prefetch", "node_chunk", "hidden_tiles",
                           "single_group_nodes")
     assert tuple(k.name for k in ScheduleSpace(CPU).knobs) == KNOB_NAMES
 
@@ -75,8 +75,7 @@ def test_constraints_reject_conflicting_knobs():
     cpu = ScheduleSpace(CPU)
     with pytest.raises(ScheduleError, match="multiple of vector_width"):
         cpu.with_knobs(tile_hidden=8, vector_width=16)
-    with pytest.raises(ScheduleError, match="node_jam > 1 needs interchange"):
-        cpu.with_knobs(node_jam=4, interchange=False)
+    cpu.with_knobs(node_jam=4, interchange=False)  # the jam's work-unit form
     with pytest.raises(ScheduleError, match="unknown knobs"):
         cpu.with_knobs(tile=8)
 
@@ -106,7 +105,7 @@ def test_components_tie_constrained_and_conditional_knobs():
     sp = ScheduleSpace(CPU)
     groups = [{k.name for k in comp} for comp in sp._components]
     jam = next(g for g in groups if "node_jam" in g)
-    assert {"interchange", "jam_pad", "jam_accumulators", "jam_unroll", "hidden_jam"} <= jam
+    assert {"jam_pad", "jam_accumulators", "jam_unroll", "jam_interleave", "hidden_jam"} <= jam
     assert next(g for g in groups if "weight_block" in g) >= {"weight_layout"}
     assert sp.size() == np.prod([len(p) for p in sp._parts()])
 
@@ -115,7 +114,7 @@ def test_inactive_knobs_are_neutral_when_enumerated_and_sampled():
     sp = ScheduleSpace(CPU)
     for s in sp.sample(7, 50):
         if s.node_jam == 1:
-            assert (s.jam_pad, s.jam_unroll, s.hidden_jam) == (True, 1, 16)
+            assert (s.jam_pad, s.jam_unroll, s.jam_interleave, s.hidden_jam) == (True, 1, True, 16)
         if s.weight_layout != "packed":
             assert s.weight_block == 16
 

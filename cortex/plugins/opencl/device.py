@@ -176,7 +176,7 @@ def describe(device: Any) -> DeviceInfo:
 #: its own vector statements), weights packed by blocks of rows, threads (work-groups) over a
 #: level's hidden units, groups of 4 nodes jammed, and loops that are not jammed run 8 nodes per
 #: work-item (x 4 hidden tiles when the hidden loops are parallel).
-CPU_PREFERRED = (("vector_width", 1), ("weight_layout", "packed"), ("interchange", True), ("node_jam", 4),
+CPU_PREFERRED = (("vector_width", 1), ("weight_layout", "packed"), ("interchange", True), ("node_jam", 4), ("jam_interleave", False),
                  ("node_chunk", 8), ("hidden_tiles", 4))
 
 
