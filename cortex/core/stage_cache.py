@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import pickle
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from cortex.core import diskcache
 from cortex.core.plugin.backend import Renderer, Source
@@ -150,8 +150,9 @@ def module_closure(roots: Sequence[str], packages: Sequence[str] = ("cortex",)) 
 
 
 def lowered_key(traced: Any, passes: Sequence[Any], table_elements: int | None, schedule: Any,
-                capabilities: Any, dtype: str) -> str | None:
-    """The key of the lowering of ``traced``; None when a pass has no import name."""
+                capabilities: Any, dtype: str, provenance: Mapping[str, str] | None = None) -> str | None:
+    """The key of the lowering of ``traced``; None when a pass has no import name. The knobs'
+    ``provenance`` is part of it: the lowering's notes say where each value came from."""
     names = []
     for p in passes:
         qualname = getattr(p, "__qualname__", "<none>")
@@ -160,7 +161,8 @@ def lowered_key(traced: Any, passes: Sequence[Any], table_elements: int | None, 
         names.append(f"{getattr(p, '__module__', '?')}.{qualname}")
     return diskcache.digest(LOWERED_REVISION, diskcache.package_fingerprint("cortex"),
                             knob_fingerprint(module_closure(LOWERING_ROOTS)), repr(traced), "\n".join(names),
-                            repr(table_elements), repr(schedule), repr(capabilities), dtype)
+                            repr(table_elements), repr(schedule), repr(capabilities), dtype,
+                            repr(sorted((provenance or {}).items())))
 
 
 def load_lowered(key: str | None) -> Any:
