@@ -103,9 +103,12 @@ class _StageUnpickler(pickle.Unpickler):
             return super().find_class(module, name)
         if module == "cortex" or module.startswith("cortex."):
             from cortex.core.loopir import Node
+            from cortex.core.loopir.nodes import _let_chain
 
             found = super().find_class(module, name)
             if isinstance(found, type) and (issubclass(found, (Node, str)) or dataclasses.is_dataclass(found)):
+                return found
+            if found is _let_chain:  # how a chain of lets pickles (loopir.nodes.Let.__reduce__)
                 return found
         raise pickle.UnpicklingError(f"a cached stage may not hold {module}.{name}")
 

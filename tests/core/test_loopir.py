@@ -216,3 +216,23 @@ def test_docs_show_the_current_printed_tree_lstm():
     doc = pathlib.Path(__file__).resolve().parents[2] / "docs" / "loopir.md"
     listing = str(tree_lstm(H=256, V=20000, dtype="float32"))
     assert listing in doc.read_text(), "docs/loopir.md is stale: regenerate its TreeLSTM listing"
+
+
+def test_a_deep_let_chain_pickles_and_loads_through_the_stage_cache():
+    """A jammed body is hundreds of nested lets: pickling must not hit the recursion limit
+    (the disk cache and saved executables pickle programs), and the restricted loader takes it."""
+    import pickle
+
+    from cortex.core import stage_cache
+
+    body: ir.Stmt = ir.Store("h", (ir.Const(0),), ir.Var("x0"))
+    for i in range(5000):
+        body = ir.Let(f"x{i}", ir.Const(float(i)), body)
+    data = pickle.dumps(body, protocol=pickle.HIGHEST_PROTOCOL)
+    for loaded in (pickle.loads(data), stage_cache._load(data)):
+        seen = []
+        while isinstance(loaded, ir.Let):
+            seen.append((loaded.var, loaded.value))
+            loaded = loaded.body
+        assert seen == [(f"x{i}", ir.Const(float(i))) for i in reversed(range(5000))]
+        assert loaded == ir.Store("h", (ir.Const(0),), ir.Var("x0"))

@@ -357,6 +357,23 @@ class Let(Stmt):
         _check(self.var.isidentifier(), f"let variable {self.var!r} is not an identifier")
         object.__setattr__(self, "value", as_expr(self.value))
 
+    def __reduce__(self) -> tuple:
+        # A chain of lets (a jammed body holds hundreds) pickles flat: nested, it would exceed
+        # the interpreter's recursion limit (saved executables and the disk cache pickle programs).
+        pairs: list[tuple[str, Expr]] = []
+        node: Stmt = self
+        while isinstance(node, Let):
+            pairs.append((node.var, node.value))
+            node = node.body
+        return _let_chain, (tuple(pairs), node)
+
+
+def _let_chain(pairs: tuple[tuple[str, Expr], ...], body: Stmt) -> Stmt:
+    """The lets ``pairs`` (outermost first) around ``body``: how a pickled :class:`Let` chain is rebuilt."""
+    for var, value in reversed(pairs):
+        body = Let(var, value, body)
+    return body
+
 
 @dataclass(frozen=True)
 class Alloc(Stmt):
