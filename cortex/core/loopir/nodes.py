@@ -357,6 +357,15 @@ class Let(Stmt):
         _check(self.var.isidentifier(), f"let variable {self.var!r} is not an identifier")
         object.__setattr__(self, "value", as_expr(self.value))
 
+    def __repr__(self) -> str:
+        # the dataclass's text, built without recursing down a chain of lets (see __reduce__)
+        parts: list[str] = []
+        node: Stmt = self
+        while isinstance(node, Let):
+            parts.append(f"Let(var={node.var!r}, value={node.value!r}, body=")
+            node = node.body
+        return "".join(parts) + repr(node) + ")" * len(parts)
+
     def __reduce__(self) -> tuple:
         # A chain of lets (a jammed body holds hundreds) pickles flat: nested, it would exceed
         # the interpreter's recursion limit (saved executables and the disk cache pickle programs).
