@@ -247,3 +247,17 @@ def test_a_let_prints_as_its_dataclass_would_and_a_deep_chain_has_a_repr():
     for i in range(5000):
         body = ir.Let(f"x{i}", ir.Const(float(i)), body)
     assert repr(body).count("Let(") == 5000  # the stage cache keys programs by their repr
+
+
+def test_the_package_re_exports_every_public_name_of_the_ir():
+    """``from cortex.core import loopir as ir`` then ``ir.X`` works for every public name."""
+    import inspect
+
+    from cortex.core.loopir import nodes, sizes
+
+    for module in (nodes, sizes):
+        public = [n for n, v in vars(module).items()
+                  if not n.startswith("_") and getattr(v, "__module__", module.__name__) == module.__name__
+                  and not inspect.ismodule(v)]
+        missing = [n for n in public if not hasattr(ir, n)]
+        assert not missing, f"cortex.core.loopir does not re-export {missing} of {module.__name__}"
