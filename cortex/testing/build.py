@@ -9,6 +9,9 @@ default        the target's default schedule (``ScheduleSpace(capabilities, dtyp
 unscheduled    the default with every loop-shaping knob neutral (what ``dump=`` writes as stage
                03: no tiling, scalar, no unrolling, row-major weights, not persistent)
 unfused        the default with ``fuse=False`` (dense intermediates between the statements)
+jammed         the default with the level interchange and a node jam of 4 nodes x 2 hidden units
+               (a block every zoo hidden size divides), untiled: the schedule transforms that
+               a default schedule of a CPU-like target may or may not use (not offered on a grid)
 sample<i>      the i-th random legal schedule of the target's space (seeded; full sweep only)
 =============  =================================================================================
 
@@ -27,7 +30,7 @@ from cortex.core.api import CompiledCode
 from cortex.core.api import compile_only as cortex_compile_only
 from cortex.testing import zoo
 
-SCHEDULE_VARIANTS = ("default", "unscheduled", "unfused")
+SCHEDULE_VARIANTS = ("default", "unscheduled", "unfused", "jammed")
 
 
 class ScheduleNotLegal(ValueError):
@@ -57,6 +60,8 @@ def schedule(target: str, dtype: str, variant: str) -> Any:
             return space.validate(neutral_schedule(base))
         if variant == "unfused":
             return space.with_knobs(fuse=False)
+        if variant == "jammed":
+            return space.with_knobs(interchange=True, node_jam=4, hidden_jam=2, tile_hidden=0)
         if variant.startswith("sample"):
             i = int(variant[len("sample"):])
             return space.sample(1000 + i, 1)[0]

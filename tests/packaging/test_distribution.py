@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import pytest
 
 from cortex.core.plugin.distribution import DISTRIBUTION, pip_install, source_checkout
 

@@ -238,6 +238,13 @@ class CRenderer:
             )
 
     # ------------------------------------------------------------------ statements
+    def _used(self, s: ir.Let) -> bool:
+        """Does ``s``'s body use its variable? (One walk of the kernel answers it for a name
+        bound once there, which the lowering's and the schedule's names are.)"""
+        if getattr(self, "let_binds", {}).get(s.var) == 1:
+            return self.used_names.get(s.var, 0) > 0
+        return any(isinstance(n, ir.Var) and n.name == s.var for n in ir.walk(s.body))
+
     def flush(self, pad: str) -> list[str]:
         out = [pad + x for x in self.pre]
         self.pre = []
@@ -252,12 +259,17 @@ class CRenderer:
             value = self.expr(s.value)
             return self.flush(pad) + [f"{pad}{target} = {value};"]
         if isinstance(s, ir.Let):
-            value = self.expr(s.value)
-            t = self.ctype(self.dtype(s.value))
-            out = [f"{pad}{{"] + self.flush(pad + "  ") + [f"{pad}  const {t} {s.var} = {value};"]
-            if not any(isinstance(n, ir.Var) and n.name == s.var for n in ir.walk(s.body)):
-                out.append(f"{pad}  (void){s.var};")
-            return out + self.stmt(s.body, depth + 1) + [f"{pad}}}"]
+            # a chain of lets is one block of declarations (names are never shadowed): a block
+            # per let nested a jammed body's hundreds of lets past clang's 256 brackets
+            out = [f"{pad}{{"]
+            while isinstance(s, ir.Let):
+                value = self.expr(s.value)
+                t = self.ctype(self.dtype(s.value))
+                out += self.flush(pad + "  ") + [f"{pad}  const {t} {s.var} = {value};"]
+                if not self._used(s):
+                    out.append(f"{pad}  (void){s.var};")
+                s = s.body
+            return out + self.stmt(s, depth + 1) + [f"{pad}}}"]
         if isinstance(s, ir.If):
             cond = self.expr(s.cond)
             out = self.flush(pad) + [f"{pad}if ({cond}) {{"] + self.stmt(s.then, depth + 1)
@@ -278,6 +290,8 @@ class CRenderer:
             finally:
                 del self.allocs[s.name]
                 del self.dtypes[s.name]
+        if isinstance(s, ir.Prefetch):
+            return [f"{pad}/* prefetch {s.buffer}: a cache hint this renderer does not emit */"]
         if isinstance(s, ir.Barrier):
             if s.scope == "group":
                 return [pad + (self.d.group_barrier or "/* group barrier: one thread per group */")]
@@ -356,6 +370,13 @@ class CRenderer:
 
     def kernel(self, k: ir.Kernel) -> str:
         self.shared_allocs: list[ir.Alloc] = []
+        self.used_names: dict[str, int] = {}  # Var name -> uses in the kernel
+        self.let_binds: dict[str, int] = {}  # let name -> lets binding it in the kernel
+        for n in ir.walk(k.body):
+            if isinstance(n, ir.Var):
+                self.used_names[n.name] = self.used_names.get(n.name, 0) + 1
+            elif isinstance(n, ir.Let):
+                self.let_binds[n.var] = self.let_binds.get(n.var, 0) + 1
         body = self.stmt(k.body, 1)
         params = self.params() + [f"{self.d.int_type} {p}" for p in k.params]
         q = f"{self.d.kernel_qualifier} " if self.d.kernel_qualifier else ""

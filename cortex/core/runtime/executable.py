@@ -196,6 +196,12 @@ class Executable:
     def dtype(self) -> str:
         return self.lowered.dtype
 
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """Every schedule knob with its value and where it came from ("user" or its default
+        rule), then what each knob did to the program."""
+        return self.lowered.notes
+
     # ---- calls -----------------------------------------------------------------------------
 
     def linearize(self, structures: Any, *, vocab: Any = None) -> LinearizedBatch:
