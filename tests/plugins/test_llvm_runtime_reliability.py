@@ -121,28 +121,35 @@ def test_an_idle_executable_does_not_slow_a_numpy_matmul():
     """1024^2 matmuls timed with an idle executable alive and without, interleaved: the best
     times within 1.3x (a spinning worker takes a BLAS thread's core every time; other load on
     a shared machine only sometimes, which the best of several times leaves out)."""
-    out = run_script("""
-    import gc, json, time, numpy as np, cortex
-    from cortex.models import TreeFC
-    a = np.random.default_rng(0).standard_normal((1024, 1024)).astype(np.float32)
-    def matmul_s():
-        t = time.perf_counter()
-        a @ a
-        return time.perf_counter() - t
-    matmul_s()
-    times = {"with": [], "without": []}
-    for r in range(6):
-        exe = cortex.compile(TreeFC(hidden=8, embed=8, vocab=10, seed=r), target="llvm")
-        exe([((1, 2), 3)])
-        time.sleep(0.3)
-        times["with"] += [matmul_s() for _ in range(3)]
-        del exe
-        gc.collect()
-        times["without"] += [matmul_s() for _ in range(3)]
-    best = {k: min(v) for k, v in times.items()}
-    print(json.dumps({"ratio": best["with"] / best["without"], **best}))
-    """, timeout=300, env={"OPENBLAS_NUM_THREADS": str(min(os.cpu_count() or 1, 4))})
-    assert out["ratio"] < 1.3, out
+    # a second run only when the first measured slow: a spinning worker is slow every time,
+    # a burst of other load on a shared machine seldom twice
+    runs = []
+    for _ in range(2):
+        out = run_script("""
+        import gc, json, time, numpy as np, cortex
+        from cortex.models import TreeFC
+        a = np.random.default_rng(0).standard_normal((1024, 1024)).astype(np.float32)
+        def matmul_s():
+            t = time.perf_counter()
+            a @ a
+            return time.perf_counter() - t
+        matmul_s()
+        times = {"with": [], "without": []}
+        for r in range(6):
+            exe = cortex.compile(TreeFC(hidden=8, embed=8, vocab=10, seed=r), target="llvm")
+            exe([((1, 2), 3)])
+            time.sleep(0.3)
+            times["with"] += [matmul_s() for _ in range(3)]
+            del exe
+            gc.collect()
+            times["without"] += [matmul_s() for _ in range(3)]
+        best = {k: min(v) for k, v in times.items()}
+        print(json.dumps({"ratio": best["with"] / best["without"], **best}))
+        """, timeout=300, env={"OPENBLAS_NUM_THREADS": str(min(os.cpu_count() or 1, 4))})
+        runs.append(out)
+        if out["ratio"] < 1.3:
+            break
+    assert runs[-1]["ratio"] < 1.3, runs
 
 
 # ------------------------------------------------------------------ dropped executables

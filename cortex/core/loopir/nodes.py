@@ -38,6 +38,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Callable, Iterator, Union
 
+from cortex.core.errors import CortexError
+
 INT = "int32"
 BOOL = "bool"
 FLOAT_DTYPES = ("float32", "float64")
@@ -64,7 +66,7 @@ def _is_pow2(n: object) -> bool:
     return isinstance(n, int) and not isinstance(n, bool) and n >= 1 and n & (n - 1) == 0
 
 
-class LoopIRError(ValueError):
+class LoopIRError(CortexError, ValueError):
     """A LoopProgram is malformed (bad node fields, unknown names, failed verification)."""
 
 

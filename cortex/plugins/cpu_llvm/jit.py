@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING
 
 import llvmlite.binding as llvm
 
+from cortex.core.errors import CortexError
+
 if TYPE_CHECKING:
     from cortex.core.diskcache import DiskCache
 
@@ -53,7 +55,7 @@ def _initialize() -> None:
                 pass
 
 
-class LLVMBackendError(RuntimeError):
+class LLVMBackendError(CortexError, RuntimeError):
     """LLVM rejected a generated module (a bug in code generation, reported with the IR)."""
 
 

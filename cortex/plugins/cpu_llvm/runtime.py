@@ -41,6 +41,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from cortex.core import loopir as ir
+from cortex.core.errors import InvalidArgumentError
 from cortex.core.loopir.interpret import eval_shape, np_dtype
 from cortex.plugins.cpu_llvm import codegen, interrupt
 from cortex.plugins.cpu_llvm.jit import JitModule, cpu_info
@@ -66,7 +67,7 @@ def futex_syscall() -> int:
     return _FUTEX_SYSCALL.get(platform.machine(), 0)
 
 
-class LLVMRuntimeError(ValueError):
+class LLVMRuntimeError(InvalidArgumentError):
     """Buffers or sizes given to a compiled program do not fit it."""
 
 
