@@ -11,6 +11,8 @@ form over size symbols (``N - 1``, ``L + 1``) or unknown. Facts used:
 * an index buffer's ``value_range`` bounds what a load from it returns (the linearizer's
   contract: ``child_table`` in [-1, N-1], ``level_offsets`` in [0, N], ...);
 * ``for v in [a, b)`` gives ``v`` in [lo(a), hi(b) - 1]; the same for ``Reduce`` variables;
+* ``S // c`` (a size over a positive constant, as in the block count of a node-blocked
+  state) is a symbol ``>= 0`` of its own, and ``x <= S`` gives ``x // c <= S // c``;
 * the condition of an ``If`` / ``Select`` / ``and`` refines the interval of the compared
   expressions in the branch it guards (``c >= 0`` makes a load ``h[c, k]`` with ``c`` from
   ``child_table`` provably in bounds; ``v < stop`` bounds a split loop's tail).
@@ -128,12 +130,22 @@ class _Prover:
         return hit
 
 
+def floor_symbol(size: str, c: int) -> str:
+    """The name of the symbol that stands for ``size // c`` in affine forms (a buffer of
+    ``N // b + 1`` node blocks: ``cortex.core.lowering.state_layout``)."""
+    return f"{size}//{c}"
+
+
 def affine(e: ir.Expr, symbols: set[str]) -> Affine | None:
-    """An int expression over size symbols as an affine form, or None."""
+    """An int expression over size symbols as an affine form, or None. ``S // c`` (a size
+    over a positive constant) is a symbol of its own, :func:`floor_symbol` (``>= 0``)."""
     if isinstance(e, ir.Const) and e.dtype == ir.INT:
         return Affine(int(e.value))
     if isinstance(e, ir.Var) and e.name in symbols:
         return Affine.of(0, {e.name: 1})
+    if (isinstance(e, ir.BinOp) and e.op == "//" and isinstance(e.a, ir.Var) and e.a.name in symbols
+            and (c := ir.const_int(e.b)) is not None and c > 0):
+        return Affine.of(0, {floor_symbol(e.a.name, c): 1})
     if isinstance(e, ir.BinOp) and e.op in ("+", "-", "*"):
         a, b = affine(e.a, symbols), affine(e.b, symbols)
         if a is None or b is None:
@@ -169,6 +181,15 @@ class _Checker:
         self.sizes = set(program.size_names)
         self.prover = _Prover(program.sizes)
         self.buffers = {b.name: b for b in program.buffers}
+        # the sizes S with an ``S // c`` in a buffer's shape, by c
+        self.floors: dict[int, list[str]] = {}
+        for b in program.buffers:
+            for d in b.shape:
+                for n in ir.walk(d):
+                    if (isinstance(n, ir.BinOp) and n.op == "//" and isinstance(n.a, ir.Var)
+                            and n.a.name in self.sizes and (c := ir.const_int(n.b)) is not None
+                            and n.a.name not in self.floors.get(c, ())):
+                        self.floors.setdefault(c, []).append(n.a.name)
         self._dtypes: dict[int, tuple[dict, dict[str, str]]] = {}
         self.where = ""
 
@@ -394,6 +415,9 @@ class _Checker:
                     hi = Affine(a.hi.const // c)
                 elif all(v % c == 0 for _, v in a.hi.terms):  # (c*X + k) // c <= X + k // c
                     hi = Affine.of(a.hi.const // c, {k: v // c for k, v in a.hi.terms})
+                else:  # x <= S gives x // c <= S // c (floor is monotone)
+                    hi = next((Affine.of(0, {floor_symbol(size, c): 1}) for size in self.floors.get(c, ())
+                               if self.prover.le(a.hi, Affine.of(0, {size: 1}))), None)
             return Interval(lo, hi)
         if e.op == "min":
             lo = a.lo if self.prover.le(a.lo, b.lo) else (b.lo if self.prover.le(b.lo, a.lo) else None)
