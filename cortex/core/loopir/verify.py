@@ -12,7 +12,9 @@ form over size symbols (``N - 1``, ``L + 1``) or unknown. Facts used:
   contract: ``child_table`` in [-1, N-1], ``level_offsets`` in [0, N], ...);
 * ``for v in [a, b)`` gives ``v`` in [lo(a), hi(b) - 1]; the same for ``Reduce`` variables;
 * ``S // c`` (a size over a positive constant, as in the block count of a node-blocked
-  state) is a symbol ``>= 0`` of its own, and ``x <= S`` gives ``x // c <= S // c``;
+  state) is a symbol ``>= 0`` of its own, and ``x <= S`` gives ``x // c <= S // c``; an
+  access ``(n // b, *k, n % b)`` of a node-blocked buffer is proved as ``(n, *k)`` against its
+  logical shape (so its padding rows are never read as data);
 * the condition of an ``If`` / ``Select`` / ``and`` refines the interval of the compared
   expressions in the branch it guards (``c >= 0`` makes a load ``h[c, k]`` with ``c`` from
   ``child_table`` provably in bounds; ``v < stop`` bounds a split loop's tail).
@@ -313,7 +315,12 @@ class _Checker:
             shape = [Affine(d) for d in sc.locals[name].shape]
         elif name in self.buffers:
             b = self.buffers[name]
-            shape = [affine(d, self.sizes) for d in b.shape]
+            logical = _node_blocked_index(b, index)
+            if logical is not None:  # checked as the row-major access it stands for
+                index = logical
+                shape = [affine(d, self.sizes) for d in b.logical_shape or ()]
+            else:
+                shape = [affine(d, self.sizes) for d in b.shape]
         else:
             self.err(f"{what} of unknown buffer {name!r}")
             return
@@ -637,6 +644,20 @@ class _Checker:
                 self.host(st.body, inner.vars, launched)
             else:
                 self.err(f"unknown host step {st!r}")
+
+
+def _node_blocked_index(b: ir.Buffer, index: tuple[ir.Expr, ...]) -> tuple[ir.Expr, ...] | None:
+    """``(n, *k)`` for an access ``(n // w, *k, n % w)`` of a buffer laid out in node blocks of
+    ``w`` (``cortex.core.lowering.state_layout``), else None. Such an access is proved against
+    the logical shape ``[N, *shape]``: the padding rows of the last block are never data."""
+    if b.layout[0] != "node_blocked" or len(index) < 2:
+        return None
+    w = ir.Const(b.layout[1])
+    first, last = index[0], index[-1]
+    if (isinstance(first, ir.BinOp) and first.op == "//" and first.b == w
+            and isinstance(last, ir.BinOp) and last.op == "%" and last.b == w and last.a == first.a):
+        return (first.a,) + tuple(index[1:-1])
+    return None
 
 
 def _itemsize(dtype: str) -> int:
