@@ -7,7 +7,7 @@ capabilities, which the suite asks the target's backend for:
 =============  =================================================================================
 default        the target's default schedule (``ScheduleSpace(capabilities, dtype).default()``)
 unscheduled    the default with every loop-shaping knob neutral (what ``dump=`` writes as stage
-               03: no tiling, scalar, no unrolling, row-major weights, not persistent)
+               03: no tiling, scalar, no unrolling, row-major weights and state, not persistent)
 unfused        the default with ``fuse=False`` (dense intermediates between the statements)
 jammed         the default with the level interchange and a node jam of 4 nodes x 2 hidden units
                (a block every zoo hidden size divides), untiled: the schedule transforms that
