@@ -17,7 +17,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -29,6 +28,7 @@ if __package__ in (None, ""):  # run as a script from a checkout: make `cortex` 
 import numpy as np  # noqa: E402
 
 import cortex  # noqa: E402
+from benchmarks.common import environment, write_json  # noqa: E402
 from cortex.bench.workloads import GroupKey, build_model, make_inputs  # noqa: E402
 
 CASES = (("TreeLSTM", 1), ("TreeLSTM", 10), ("TreeGRU", 10))
@@ -95,10 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.hidden, args.rounds, args.min_time = 32, 3, 0.02
     blocks = [int(b) for b in args.blocks.split(",") if b]
-    from cortex.bench.environment import host, versions
-
     doc = {"benchmark": "state_layout", "rounds": args.rounds, "min_time_s": args.min_time,
-           "tokens": args.tokens, "environment": {**host(), "versions": versions()}, "results": []}
+           "tokens": args.tokens, "environment": environment(), "results": []}
     for target in args.targets.split(","):
         for model_name, batch_size in CASES:
             res = measure(target, model_name, batch_size, args, blocks)
@@ -106,11 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             ratios = ", ".join(f"{k} {v:.3f}" for k, v in res["ratio_to_row_major"].items() if k != "row_major")
             print(f"{target} {model_name} b{batch_size}: row_major {res['median_ms']['row_major']:.3f} ms; "
                   f"ratio to row-major: {ratios}", file=sys.stderr)
-    text = json.dumps(doc, indent=1)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
-    else:
-        print(text)
+    write_json(doc, args.out)
     return 0
 
 
