@@ -138,6 +138,15 @@ def floor_symbol(size: str, c: int) -> str:
     return f"{size}//{c}"
 
 
+def floor_of(e: ir.Expr, symbols: set[str]) -> tuple[str, int] | None:
+    """``(S, c)`` when ``e`` is ``S // c``: a size symbol over a positive constant."""
+    if isinstance(e, ir.BinOp) and e.op == "//" and isinstance(e.a, ir.Var) and e.a.name in symbols:
+        c = ir.const_int(e.b)
+        if c is not None and c > 0:
+            return e.a.name, c
+    return None
+
+
 def affine(e: ir.Expr, symbols: set[str]) -> Affine | None:
     """An int expression over size symbols as an affine form, or None. ``S // c`` (a size
     over a positive constant) is a symbol of its own, :func:`floor_symbol` (``>= 0``)."""
@@ -145,9 +154,9 @@ def affine(e: ir.Expr, symbols: set[str]) -> Affine | None:
         return Affine(int(e.value))
     if isinstance(e, ir.Var) and e.name in symbols:
         return Affine.of(0, {e.name: 1})
-    if (isinstance(e, ir.BinOp) and e.op == "//" and isinstance(e.a, ir.Var) and e.a.name in symbols
-            and (c := ir.const_int(e.b)) is not None and c > 0):
-        return Affine.of(0, {floor_symbol(e.a.name, c): 1})
+    floor = floor_of(e, symbols)
+    if floor is not None:
+        return Affine.of(0, {floor_symbol(*floor): 1})
     if isinstance(e, ir.BinOp) and e.op in ("+", "-", "*"):
         a, b = affine(e.a, symbols), affine(e.b, symbols)
         if a is None or b is None:
@@ -188,10 +197,9 @@ class _Checker:
         for b in program.buffers:
             for d in b.shape:
                 for n in ir.walk(d):
-                    if (isinstance(n, ir.BinOp) and n.op == "//" and isinstance(n.a, ir.Var)
-                            and n.a.name in self.sizes and (c := ir.const_int(n.b)) is not None
-                            and n.a.name not in self.floors.get(c, ())):
-                        self.floors.setdefault(c, []).append(n.a.name)
+                    floor = floor_of(n, self.sizes)  # type: ignore[arg-type]
+                    if floor is not None and floor[0] not in self.floors.get(floor[1], ()):
+                        self.floors.setdefault(floor[1], []).append(floor[0])
         self._dtypes: dict[int, tuple[dict, dict[str, str]]] = {}
         self.where = ""
 

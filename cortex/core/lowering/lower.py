@@ -3,7 +3,8 @@
 Pipeline position: after the graph passes, before code generation. ``cortex.compile`` calls
 :func:`lower` with the passed graph, the schedule and the target's capabilities; backends render
 ``Lowered.program`` and use ``prepare_params`` / ``bind_batch`` / ``states`` to move data in and
-out (``states`` converts a state the schedule laid out in node blocks back to row-major). The numpy target runs it on ``cortex.core.loopir.interpret``.
+out (``states`` converts a state the schedule laid out in node blocks back to row-major). The
+numpy target runs it on ``cortex.core.loopir.interpret``.
 
 What it produces (the paper's ILIR; see ``docs/lowering.md``):
 
