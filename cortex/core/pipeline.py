@@ -32,7 +32,7 @@ executable can be saved and pickled.
 The schedule is the target's ``ScheduleSpace(capabilities, dtype).default()`` unless the user
 gives ``schedule=`` (a :class:`~cortex.core.lowering.schedule.Schedule`, a dict of knobs overriding the
 default, or its JSON). The *unscheduled* program of stage 03 is the same lowering with every
-loop-shaping knob at its neutral value (no tiling, scalar, no unrolling, row-major weights, not
+loop-shaping knob at its neutral value (no tiling, scalar, no unrolling, row-major weights and state, not
 persistent; the structural knobs ``kernel_form``, ``leaf_specialization``, ``fuse``,
 ``parallel`` and ``threads`` kept), so the diff 03 -> 04 shows what the schedule did.
 
@@ -207,7 +207,7 @@ def neutral_schedule(schedule: "Schedule") -> "Schedule":
     """``schedule`` with every loop-shaping knob neutral (what stage 03 lowers with)."""
     return replace(schedule, tile_hidden=0, vector_width=1, unroll=1, weight_layout="row_major",
                    persistent=False, interchange=False, node_jam=1, wide_lanes=0, prefetch=0,
-                   node_chunk=1)
+                   node_chunk=1, state_layout="row_major")
 
 
 def source_extension(backend: "Backend", source: Any) -> str:

@@ -7,11 +7,12 @@ capabilities, which the suite asks the target's backend for:
 =============  =================================================================================
 default        the target's default schedule (``ScheduleSpace(capabilities, dtype).default()``)
 unscheduled    the default with every loop-shaping knob neutral (what ``dump=`` writes as stage
-               03: no tiling, scalar, no unrolling, row-major weights, not persistent)
+               03: no tiling, scalar, no unrolling, row-major weights and state, not persistent)
 unfused        the default with ``fuse=False`` (dense intermediates between the statements)
 jammed         the default with the level interchange and a node jam of 4 nodes x 2 hidden units
                (a block every zoo hidden size divides), untiled: the schedule transforms that
                a default schedule of a CPU-like target may or may not use (not offered on a grid)
+blocked        the default with the per-node state in blocks of 8 nodes (``state_layout``)
 sample<i>      the i-th random legal schedule of the target's space (seeded; full sweep only)
 =============  =================================================================================
 
@@ -30,7 +31,7 @@ from cortex.core.api import CompiledCode
 from cortex.core.api import compile_only as cortex_compile_only
 from cortex.testing import zoo
 
-SCHEDULE_VARIANTS = ("default", "unscheduled", "unfused", "jammed")
+SCHEDULE_VARIANTS = ("default", "unscheduled", "unfused", "jammed", "blocked")
 
 
 class ScheduleNotLegal(ValueError):
@@ -62,6 +63,8 @@ def schedule(target: str, dtype: str, variant: str) -> Any:
             return space.with_knobs(fuse=False)
         if variant == "jammed":
             return space.with_knobs(interchange=True, node_jam=4, hidden_jam=2, tile_hidden=0)
+        if variant == "blocked":
+            return space.with_knobs(state_layout="node_blocked", state_block=8)
         if variant.startswith("sample"):
             i = int(variant[len("sample"):])
             return space.sample(1000 + i, 1)[0]

@@ -168,7 +168,7 @@ def run_lowered(low: Lowered, params, batch) -> dict[str, np.ndarray]:
     p = low.prepare_params(params)
     bufs, sizes = low.bind_batch(batch)
     out = interpret.run(low.program, {**p, **bufs}, sizes)
-    return low.states(out)
+    return low.states(out, sizes["N"])
 
 
 def assert_close(got: dict, ref: dict, dtype: str, what: str) -> None:

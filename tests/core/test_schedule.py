@@ -24,7 +24,7 @@ def test_knob_names_are_the_ones_the_lowering_reads():
                           "kernel_form", "leaf_specialization", "fuse", "threads", "reduce_lanes",
                           "interchange", "node_jam", "jam_pad", "jam_accumulators", "jam_unroll", "jam_interleave",
                           "hidden_jam", "weight_block", "wide_lanes", "prefetch", "node_chunk", "hidden_tiles",
-                          "single_group_nodes")
+                          "single_group_nodes", "state_layout", "state_block")
     assert tuple(k.name for k in ScheduleSpace(CPU).knobs) == KNOB_NAMES
 
 
@@ -65,6 +65,26 @@ def test_gpu_defaults_and_grid_barrier_requirement():
     with pytest.raises(ScheduleError, match="kernel_form='single' is not legal here"):
         ocl.with_knobs(kernel_form="single")
     assert max(ocl.knob("threads").choices) == 256
+
+
+def test_the_state_layout_is_offered_where_the_code_generator_takes_it():
+    """Row-major by default (today's code); node blocks of 4/8/16 where ``blocked_state``; the
+    block matters only for a blocked layout (neutral otherwise); no choice without the capability."""
+    for caps in (CPU, GPU, OPENCL_CPU):
+        sp = ScheduleSpace(caps)
+        s, src = sp.resolve()
+        assert s.state_layout == "row_major" and "row-major" in src["state_layout"]
+        assert "inactive" in src["state_block"]
+        assert sp.knob("state_layout").choices == ("row_major", "node_blocked")
+        assert sp.knob("state_block").choices == (4, 8, 16)
+    sp = ScheduleSpace(CPU)
+    assert sp.canonical(replace(sp.default(), state_block=16)).state_block == 8
+    assert sp.with_knobs(state_layout="node_blocked", state_block=16).state_block == 16
+    assert {s.state_layout for s in sp.sample(3, 200)} == {"row_major", "node_blocked"}
+    none = ScheduleSpace(replace(CPU, blocked_state=False))
+    assert none.knob("state_layout").choices == ("row_major",)
+    with pytest.raises(ScheduleError, match="state_layout='node_blocked' is not legal"):
+        none.with_knobs(state_layout="node_blocked")
 
 
 def test_constraints_reject_conflicting_knobs():

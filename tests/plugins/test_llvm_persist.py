@@ -126,6 +126,16 @@ def test_save_and_load_give_bit_equal_outputs_and_use_the_saved_artifacts(fresh_
     _equal(lean(TREES), want)
 
 
+def test_a_node_blocked_state_survives_save_load_and_pickling(fresh_cache, tmp_path):
+    exe = cortex.compile(_model(), target="llvm", schedule={"state_layout": "node_blocked", "state_block": 4})
+    want = exe(TREES)
+    loaded = cortex.load(exe.save(tmp_path / "blocked.cortex"))
+    assert loaded.schedule.state_layout == "node_blocked" and loaded.schedule.state_block == 4
+    _equal(loaded(TREES), want)
+    _equal(pickle.loads(pickle.dumps(exe))(TREES), want)
+    _equal(cortex.compile(_model(), target="llvm")(TREES), want)  # the row-major schedule: the same bits
+
+
 def test_a_saved_file_from_another_machine_is_compiled_again(fresh_cache, tmp_path, monkeypatch):
     exe = cortex.compile(_model(), target="llvm")
     path = exe.save(tmp_path / "e.cortex")

@@ -212,6 +212,20 @@ def test_the_gpu_schedule_runs_correctly_too(monkeypatch, form):
         _close(out.nodes(state), want, "float32")
 
 
+@pytest.mark.parametrize("form", ["per_level", "single_group"])
+def test_node_blocked_state_matches_the_reference(form):
+    """``state_layout="node_blocked"`` in both execution forms: states read back row-major."""
+    for m in (cortex.models.TreeLSTM(vocab=30, embed=8, hidden=16), cortex.models.MVRNN(vocab=30, hidden=8)):
+        exe = cortex.compile(m, target="opencl", form=form,
+                             schedule={"state_layout": "node_blocked", "state_block": 8})
+        for batch_trees in (_trees(1, 3, 30), _trees(6, 4, 30)):
+            batch = exe.linearize(batch_trees)
+            out = exe.run(batch)
+            for state, want in evaluate(exe.graph, m.params, batch).items():
+                assert out.nodes(state).shape == want.shape
+                _close(out.nodes(state), want, "float32")
+
+
 def test_auto_form_uses_one_work_group_for_small_inputs_and_levels_for_big_ones():
     m = cortex.models.TreeRNN(vocab=30, hidden=8)
     small, big = _trees(1, 2, 30), _trees(8, 3, 30)

@@ -11,6 +11,10 @@ form over size symbols (``N - 1``, ``L + 1``) or unknown. Facts used:
 * an index buffer's ``value_range`` bounds what a load from it returns (the linearizer's
   contract: ``child_table`` in [-1, N-1], ``level_offsets`` in [0, N], ...);
 * ``for v in [a, b)`` gives ``v`` in [lo(a), hi(b) - 1]; the same for ``Reduce`` variables;
+* ``S // c`` (a size over a positive constant, as in the block count of a node-blocked
+  state) is a symbol ``>= 0`` of its own, and ``x <= S`` gives ``x // c <= S // c``; an
+  access ``(n // b, *k, n % b)`` of a node-blocked buffer is proved as ``(n, *k)`` against its
+  logical shape (so its padding rows are never read as data);
 * the condition of an ``If`` / ``Select`` / ``and`` refines the interval of the compared
   expressions in the branch it guards (``c >= 0`` makes a load ``h[c, k]`` with ``c`` from
   ``child_table`` provably in bounds; ``v < stop`` bounds a split loop's tail).
@@ -128,12 +132,31 @@ class _Prover:
         return hit
 
 
+def floor_symbol(size: str, c: int) -> str:
+    """The name of the symbol that stands for ``size // c`` in affine forms (a buffer of
+    ``N // b + 1`` node blocks: ``cortex.core.lowering.state_layout``)."""
+    return f"{size}//{c}"
+
+
+def floor_of(e: ir.Expr, symbols: set[str]) -> tuple[str, int] | None:
+    """``(S, c)`` when ``e`` is ``S // c``: a size symbol over a positive constant."""
+    if isinstance(e, ir.BinOp) and e.op == "//" and isinstance(e.a, ir.Var) and e.a.name in symbols:
+        c = ir.const_int(e.b)
+        if c is not None and c > 0:
+            return e.a.name, c
+    return None
+
+
 def affine(e: ir.Expr, symbols: set[str]) -> Affine | None:
-    """An int expression over size symbols as an affine form, or None."""
+    """An int expression over size symbols as an affine form, or None. ``S // c`` (a size
+    over a positive constant) is a symbol of its own, :func:`floor_symbol` (``>= 0``)."""
     if isinstance(e, ir.Const) and e.dtype == ir.INT:
         return Affine(int(e.value))
     if isinstance(e, ir.Var) and e.name in symbols:
         return Affine.of(0, {e.name: 1})
+    floor = floor_of(e, symbols)
+    if floor is not None:
+        return Affine.of(0, {floor_symbol(*floor): 1})
     if isinstance(e, ir.BinOp) and e.op in ("+", "-", "*"):
         a, b = affine(e.a, symbols), affine(e.b, symbols)
         if a is None or b is None:
@@ -169,6 +192,14 @@ class _Checker:
         self.sizes = set(program.size_names)
         self.prover = _Prover(program.sizes)
         self.buffers = {b.name: b for b in program.buffers}
+        # the sizes S with an ``S // c`` in a buffer's shape, by c
+        self.floors: dict[int, list[str]] = {}
+        for b in program.buffers:
+            for d in b.shape:
+                for n in ir.walk(d):
+                    floor = floor_of(n, self.sizes)  # type: ignore[arg-type]
+                    if floor is not None and floor[0] not in self.floors.get(floor[1], ()):
+                        self.floors.setdefault(floor[1], []).append(floor[0])
         self._dtypes: dict[int, tuple[dict, dict[str, str]]] = {}
         self.where = ""
 
@@ -292,7 +323,12 @@ class _Checker:
             shape = [Affine(d) for d in sc.locals[name].shape]
         elif name in self.buffers:
             b = self.buffers[name]
-            shape = [affine(d, self.sizes) for d in b.shape]
+            logical = _node_blocked_index(b, index)
+            if logical is not None:  # checked as the row-major access it stands for
+                index = logical
+                shape = [affine(d, self.sizes) for d in b.logical_shape or ()]
+            else:
+                shape = [affine(d, self.sizes) for d in b.shape]
         else:
             self.err(f"{what} of unknown buffer {name!r}")
             return
@@ -394,6 +430,9 @@ class _Checker:
                     hi = Affine(a.hi.const // c)
                 elif all(v % c == 0 for _, v in a.hi.terms):  # (c*X + k) // c <= X + k // c
                     hi = Affine.of(a.hi.const // c, {k: v // c for k, v in a.hi.terms})
+                else:  # x <= S gives x // c <= S // c (floor is monotone)
+                    hi = next((Affine.of(0, {floor_symbol(size, c): 1}) for size in self.floors.get(c, ())
+                               if self.prover.le(a.hi, Affine.of(0, {size: 1}))), None)
             return Interval(lo, hi)
         if e.op == "min":
             lo = a.lo if self.prover.le(a.lo, b.lo) else (b.lo if self.prover.le(b.lo, a.lo) else None)
@@ -613,6 +652,20 @@ class _Checker:
                 self.host(st.body, inner.vars, launched)
             else:
                 self.err(f"unknown host step {st!r}")
+
+
+def _node_blocked_index(b: ir.Buffer, index: tuple[ir.Expr, ...]) -> tuple[ir.Expr, ...] | None:
+    """``(n, *k)`` for an access ``(n // w, *k, n % w)`` of a buffer laid out in node blocks of
+    ``w`` (``cortex.core.lowering.state_layout``), else None. Such an access is proved against
+    the logical shape ``[N, *shape]``: the padding rows of the last block are never data."""
+    if b.layout[0] != "node_blocked" or len(index) < 2:
+        return None
+    w = ir.Const(b.layout[1])
+    first, last = index[0], index[-1]
+    if (isinstance(first, ir.BinOp) and first.op == "//" and first.b == w
+            and isinstance(last, ir.BinOp) and last.op == "%" and last.b == w and last.a == first.a):
+        return (first.a,) + tuple(index[1:-1])
+    return None
 
 
 def _itemsize(dtype: str) -> int:

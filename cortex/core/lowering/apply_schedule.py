@@ -32,7 +32,9 @@ and the notes. Everything is done with the pure primitives of ``cortex.core.lowe
 in ``Program.launch``. :func:`apply_loop_schedule` then applies the loop-shape knobs
 (``wide_lanes``, ``hidden_jam``, ``interchange``, ``node_jam`` and its knobs, ``prefetch``,
 ``node_chunk``), each a transform of ``cortex.core.lowering.loop_shapes``, ``level_interchange`` or
-``jam``. Knobs that cannot apply are no-ops and say so in the notes.
+``jam``; last, :func:`apply_state_layout` lays out the per-node state (``state_layout``,
+``state_block``: ``cortex.core.lowering.state_layout``). Knobs that cannot apply are no-ops and
+say so in the notes.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from cortex.core.plugin.capabilities import Capabilities
 from cortex.core.lowering.jam import JamOptions, jam_levels, stages
 from cortex.core.lowering.level_interchange import interchange_levels
 from cortex.core.lowering.schedule import Schedule
+from cortex.core.lowering.state_layout import block_nodes, node_buffers
 
 if TYPE_CHECKING:
     from cortex.core.lowering.cases import LowerContext
@@ -132,7 +135,19 @@ def apply_schedule(program: ir.Program, s: Schedule, caps: Capabilities,
             "per_level": "a launch per level"}[s.kernel_form])
     program = replace(program, launch=tuple(launch))
     program, loop_notes = apply_loop_schedule(program, s, caps)
-    return program, notes + loop_notes
+    program, state_notes = apply_state_layout(program, s)
+    return program, notes + loop_notes + state_notes
+
+
+def apply_state_layout(program: ir.Program, s: Schedule) -> tuple[ir.Program, list[str]]:
+    """The ``state_layout`` knob, after the loop shapes so it reaches every nest they made:
+    ``state_layout.block_nodes`` on every per-node buffer (states and per-node temps)."""
+    if s.state_layout == "row_major":
+        return program, []
+    names = node_buffers(program)
+    program = block_nodes(program, names, s.state_block)
+    return program, [f"state_layout=node_blocked: {names or 'no buffers'} in blocks of {s.state_block} nodes "
+                     f"([N // {s.state_block} + 1, ..., {s.state_block}])"]
 
 
 def apply_loop_schedule(program: ir.Program, s: Schedule, caps: Capabilities) -> tuple[ir.Program, list[str]]:

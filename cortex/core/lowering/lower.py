@@ -3,7 +3,8 @@
 Pipeline position: after the graph passes, before code generation. ``cortex.compile`` calls
 :func:`lower` with the passed graph, the schedule and the target's capabilities; backends render
 ``Lowered.program`` and use ``prepare_params`` / ``bind_batch`` / ``states`` to move data in and
-out. The numpy target runs it on ``cortex.core.loopir.interpret``.
+out (``states`` converts a state the schedule laid out in node blocks back to row-major). The
+numpy target runs it on ``cortex.core.loopir.interpret``.
 
 What it produces (the paper's ILIR; see ``docs/lowering.md``):
 
@@ -45,7 +46,7 @@ from cortex.core import loopir as ir
 from cortex.core.errors import CortexError
 from cortex.core.plugin.capabilities import Capabilities
 from cortex.core.frontend.graph import RecursiveGraph, verify as verify_graph
-from cortex.core.lowering.transforms import physical_arrays
+from cortex.core.lowering.transforms import from_layout, physical_arrays
 from cortex.core.loopir import Const, Load, Var
 from cortex.core.loopir.verify import verify
 from cortex.core.lowering.cases import CaseLowering, LowerContext, LoweringError, NameGen
@@ -111,9 +112,26 @@ class Lowered:
         from program.buffers + sizes)."""
         return _bind_batch(self, batch)
 
-    def states(self, buffers: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """The model's per-node states from the program's output buffers: {state: [N, *shape]}."""
-        return {s: buffers[buf] for s, buf in self.state_names}
+    def states(self, buffers: Mapping[str, np.ndarray], num_nodes: int | None = None) -> dict[str, np.ndarray]:
+        """The model's per-node states from the program's output buffers: {state: [N, *shape]},
+        row-major whatever layout the schedule gave them (``state_layout``). A node-blocked
+        buffer holds padding rows: its conversion needs ``num_nodes`` (the size ``N``)."""
+        out = {}
+        for s, buf in self.state_names:
+            a = buffers[buf]
+            layout = self.state_layouts.get(buf)
+            if layout is not None and isinstance(a, np.ndarray):
+                if num_nodes is None:
+                    raise ValueError(f"state {s!r} is stored {layout[0]}: Lowered.states needs num_nodes")
+                a = from_layout(a, layout, rows=num_nodes)
+            out[s] = a
+        return out
+
+    @property
+    def state_layouts(self) -> dict[str, tuple]:
+        """``{output buffer: layout}`` for the state buffers the schedule did not leave row-major."""
+        return {b.name: b.layout for b in self.program.buffers
+                if b.role == "output" and b.layout != ("row_major",)}
 
 
 def bound_params(graph: RecursiveGraph, params: Mapping[str, np.ndarray], dtype: str) -> dict[str, np.ndarray]:

@@ -65,6 +65,8 @@ class Schedule:
     node_chunk: int = 1
     hidden_tiles: int = 1
     single_group_nodes: int = 256
+    state_layout: str = "row_major"
+    state_block: int = 8
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -41,6 +41,9 @@ preference in ``Capabilities.preferred`` and the rule takes it when it is legal.
 ``hidden_tiles``       hidden tiles per node chunk when the hidden loops are parallel
 ``single_group_nodes`` the input size (nodes) up to which ``kernel_form="auto"`` runs the
                        one-work-group kernel
+``state_layout``       per-node state (and per-node intermediates): "row_major" ([N, H]) or
+                       "node_blocked" (blocks of ``state_block`` nodes, [N // b + 1, H, b])
+``state_block``        nodes per block of a ``node_blocked`` state
 =====================  ========================================================================
 """
 
@@ -178,6 +181,14 @@ def space_knobs(caps: Capabilities, dtype: str) -> tuple[tuple[Knob, ...], tuple
              group_rule if caps.single_group_form else "no one-work-group form here",
              active=lambda s: s["kernel_form"] == "auto", needs=("kernel_form",), when="kernel_form == 'auto'",
              neutral=256 if not caps.single_group_form else group_nodes),
+        knob("state_layout", ("row_major", "node_blocked") if caps.blocked_state else ("row_major",),
+             "row_major", "layout of per-node state and intermediates",
+             "row-major: each node's state one contiguous row" if caps.blocked_state
+             else "the only layout this code generator takes"),
+        knob("state_block", (4, 8, 16) if caps.blocked_state else (8,), 8, "nodes per block of a node_blocked state",
+             "8 nodes" if caps.blocked_state else "no blocked state here",
+             active=lambda s: s["state_layout"] == "node_blocked", needs=("state_layout",),
+             when="state_layout == 'node_blocked'"),
     )
     constraints = (
         Constraint("tile_hidden must be 0 or a multiple of vector_width",

@@ -15,7 +15,8 @@ Primitives:
 * :func:`cache` — copy a weight buffer into a private or shared array at the start of a
   loop body (or of the kernel: model persistence across levels) and read it from there.
 * :func:`change_layout` — store a 2-D buffer transposed or packed (blocked by ``w`` rows, the
-  SIMD-friendly layout of ALT) and rewrite every index; :func:`to_layout` converts host data.
+  SIMD-friendly layout of ALT) and rewrite every index; :func:`to_layout` converts host data
+  (also for the node-blocked state of ``cortex.core.lowering.state_layout``).
 * :func:`rewrite_loops` — the loops of a program, outermost first, each kept, replaced or
   descended into: the walk the loop-shape transforms share.
 """
@@ -276,11 +277,19 @@ def to_layout(array: np.ndarray, layout: tuple) -> np.ndarray:
         w = layout[1]
         r, c = array.shape
         return aligned_copy(array.reshape(r // w, w, c).transpose(0, 2, 1))
+    if layout[0] == "node_blocked":  # [N, *shape] -> [N // b + 1, *shape, b], padding zeros
+        b = layout[1]
+        n = array.shape[0]
+        padded = np.zeros((n // b + 1) * b * int(np.prod(array.shape[1:], dtype=np.int64)), array.dtype)
+        padded = padded.reshape((n // b + 1, b) + array.shape[1:])
+        padded.reshape((-1,) + array.shape[1:])[:n] = array
+        return aligned_copy(np.moveaxis(padded, 1, -1))
     raise TransformError(f"unknown layout {layout!r}")
 
 
-def from_layout(array: np.ndarray, layout: tuple) -> np.ndarray:
-    """Inverse of :func:`to_layout`."""
+def from_layout(array: np.ndarray, layout: tuple, rows: int | None = None) -> np.ndarray:
+    """Inverse of :func:`to_layout`. A ``node_blocked`` buffer holds padding rows past the
+    last node: ``rows`` (the node count ``N``) says how many rows are data."""
     if layout[0] == "row_major":
         return array
     if layout[0] == "transposed":
@@ -288,6 +297,14 @@ def from_layout(array: np.ndarray, layout: tuple) -> np.ndarray:
     if layout[0] == "packed":
         nb, c, w = array.shape
         return np.ascontiguousarray(array.transpose(0, 2, 1).reshape(nb * w, c))
+    if layout[0] == "node_blocked":
+        if rows is None:
+            raise TransformError("a node_blocked buffer holds padding rows: give rows (the node count)")
+        nb, b = array.shape[0], array.shape[-1]
+        if not 0 <= rows <= nb * b:
+            raise TransformError(f"{rows} rows do not fit a node_blocked buffer of {nb} blocks of {b}")
+        logical = np.moveaxis(array, -1, 1).reshape((nb * b,) + array.shape[1:-1])
+        return np.ascontiguousarray(logical[:rows])
     raise TransformError(f"unknown layout {layout!r}")
 
 

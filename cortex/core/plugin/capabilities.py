@@ -41,6 +41,9 @@ class Capabilities:
     # the backend derives, from the per-level program, one kernel run by a single work-group
     # that does every level (barriers between levels), and picks it per call by input size
     single_group_form: bool = False
+    # the code generator takes per-node state laid out in node blocks (the ``state_layout``
+    # knob's "node_blocked": a buffer of ``N // b + 1`` blocks of ``[*shape, b]``)
+    blocked_state: bool = True
     # The backend's measured preferences for knobs whose best value depends on its code
     # generator and device, ``(knob, value)``: a knob's default rule takes it when it is legal
     # (``cortex.core.lowering.schedule_knobs``), and the provenance says so.

@@ -17,7 +17,8 @@ call only
    reused by every later call of that shape: steady-state calls allocate no device memory),
    launches the compiled artifact once, synchronizes and fetches the outputs into fresh host
    arrays (``runtime.fetch``; results never alias the pool);
-4. turns the output buffers into per-node states (``Lowered.states``) wrapped in
+4. turns the output buffers into per-node states (``Lowered.states``; a state the schedule laid
+   out in node blocks is converted back to row-major ``[N, *shape]``) wrapped in
    :class:`~cortex.core.runtime.outputs.Outputs`.
 
 The calling convention between the core and a backend :class:`~cortex.core.plugin.backend.Runtime`
@@ -55,6 +56,7 @@ from cortex.core.linearize.structure import BatchTypeError, LinearizedBatch
 from cortex.core.loopir import Program, shape_function
 from cortex.core.loopir.interpret import np_dtype
 from cortex.core.lowering.schedule import Schedule
+from cortex.core.lowering.transforms import from_layout
 from cortex.core.plugin.backend import Backend, HostRuntime, Source
 from cortex.core.runtime.outputs import Outputs
 
@@ -144,6 +146,10 @@ class Executable:
         if not all(isinstance(v, str) and v in slot for v in named.values()):
             raise TypeError("Lowered.states must pick output buffers by name")
         self._fetched = tuple((st, slot[buf]) for st, buf in named.items())
+        # states the schedule laid out otherwise (``state_layout``): (state, layout), turned
+        # back into row-major [N, *shape] after the fetch
+        self._relayout = tuple((st, program.buffers[slot[buf]].layout) for st, buf in named.items()
+                               if program.buffers[slot[buf]].layout != ("row_major",))
         graph = lowered.graph
         self._out_states = tuple(graph.outputs.states)
         self._every_node = bool(graph.outputs.every_node)
@@ -336,6 +342,8 @@ class Executable:
             states = {st: args[i].copy() for st, i, _, _ in self._fetch_args}
         else:
             states = {st: fetch(args[i], shape, dtype) for st, i, shape, dtype in self._fetch_args}
+        for st, layout in self._relayout:
+            states[st] = from_layout(states[st], layout, rows=sizes["N"])
         self.calls += 1
         return Outputs._fresh(states, batch, self._out_states, self.lowered.dtype,
                               self._every_node)
