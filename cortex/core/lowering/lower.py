@@ -50,6 +50,7 @@ from cortex.core.loopir import Const, Load, Var
 from cortex.core.loopir.verify import verify
 from cortex.core.lowering.cases import CaseLowering, LowerContext, LoweringError, NameGen
 from cortex.core.lowering.apply_schedule import apply_schedule, node_loop_kind, schedule_nest
+from cortex.core.lowering.refactor import refactor_graph
 from cortex.core.frontend.params import bind_params
 from cortex.core.lowering.schedule import Schedule, describe
 from cortex.core.linearize.structure import INDEX_DTYPE, BatchTypeError, LinearizedBatch
@@ -148,8 +149,14 @@ def lower(graph: RecursiveGraph, schedule: Schedule, capabilities: Capabilities,
         raise TypeError(f"schedule must be a cortex.core.lowering.schedule.Schedule, got {type(schedule).__name__}")
     verify_graph(graph)
     caps = capabilities
+    notes: list[str] = [f"schedule: {line}" for line in describe(schedule, provenance or {})]
+    lgraph, scratch = graph, frozenset()  # the graph the cases are lowered from; scratch states
+    if schedule.refactor:
+        refactored = refactor_graph(graph)
+        lgraph, scratch = refactored.graph, frozenset(refactored.projections)
+        notes.extend(refactored.notes)
     names = NameGen(set(SIZE_NAMES) | set(INDEX_BUFFERS) | _C_RESERVED | _C_MACROS | {"l", "lh", "u", "v", "w"})
-    state_buf = {s.name: _ident(names, s.name) for s in graph.states}
+    state_buf = {s.name: _ident(names, s.name) for s in lgraph.states}
     used_params = _used_params(graph)
     derived = {d.name: d for d in graph.derived}
     param_buf = {p: _ident(names, _param_base(p, derived)) for p in used_params}
@@ -160,15 +167,15 @@ def lower(graph: RecursiveGraph, schedule: Schedule, capabilities: Capabilities,
         [i for i in graph.node_inputs if i.kind == "word"]) > 1:
         raise LoweringError(f"graph {graph.name!r}: at most one word input and one feature input are supported")
     ctx = LowerContext(
-        graph=graph, dtype=dtype, names=names, param_buf=param_buf, state_buf=state_buf,
+        graph=lgraph, dtype=dtype, names=names, param_buf=param_buf, state_buf=state_buf,
         input_buf=input_buf, fuse=schedule.fuse,
         group_barrier=caps.has_grid and caps.group_barrier,
     )
     ctx.schedule_nest = lambda stmt, var, extent, reduces: schedule_nest(stmt, var, extent, reduces, schedule, caps, ctx)
-    leaf = CaseLowering(ctx, graph.case("leaf"), "l")
-    internal = CaseLowering(ctx, graph.case("internal"), "n")
-    has_pre = schedule.leaf_specialization and any(c.name == "preterminal" for c in graph.cases)
-    pre = CaseLowering(ctx, graph.case("preterminal"), "p") if has_pre else None
+    leaf = CaseLowering(ctx, lgraph.case("leaf"), "l")
+    internal = CaseLowering(ctx, lgraph.case("internal"), "n")
+    has_pre = schedule.leaf_specialization and any(c.name == "preterminal" for c in lgraph.cases)
+    pre = CaseLowering(ctx, lgraph.case("preterminal"), "p") if has_pre else None
 
     N, L, NL = Var("N"), Var("L"), Var("NL")
     lvl = Var("l")
@@ -202,7 +209,6 @@ def lower(graph: RecursiveGraph, schedule: Schedule, capabilities: Capabilities,
         return ir.For("w", lo, hi, pre.emit(Var("w")), nk)
 
     grid = caps.has_grid
-    notes: list[str] = [f"schedule: {line}" for line in describe(schedule, provenance or {})]
     form = schedule.kernel_form
     if form in ("single", "auto") and caps.single_group_form and not (caps.grid_barrier if grid else caps.single_call):
         form = "per_level"  # the backend derives its one-work-group kernel from this program
@@ -238,7 +244,8 @@ def lower(graph: RecursiveGraph, schedule: Schedule, capabilities: Capabilities,
     buffers = _index_buffers(graph, dtype) + tuple(
         ir.Buffer(param_buf[p], dtype, _param_shape(graph, p), "param") for p in used_params
     ) + tuple(
-        ir.Buffer(state_buf[s.name], dtype, (N,) + s.shape, "output") for s in graph.states
+        ir.Buffer(state_buf[s.name], dtype, (N,) + s.shape, "temp" if s.name in scratch else "output")
+        for s in lgraph.states
     ) + tuple(ctx.temps)
     program = ir.Program(_ident(NameGen(set()), graph.name.lower()), sizes, buffers, kernels, host)
     program = ir.simplify(program)  # type: ignore[assignment]

@@ -65,6 +65,7 @@ class Schedule:
     node_chunk: int = 1
     hidden_tiles: int = 1
     single_group_nodes: int = 256
+    refactor: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

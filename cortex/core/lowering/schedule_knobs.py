@@ -41,6 +41,8 @@ preference in ``Capabilities.preferred`` and the rule takes it when it is legal.
 ``hidden_tiles``       hidden tiles per node chunk when the hidden loops are parallel
 ``single_group_nodes`` the input size (nodes) up to which ``kernel_form="auto"`` runs the
                        one-work-group kernel
+``refactor``           recursive refactoring: a parent's weight products of its children's
+                       states are computed in the children's steps (``lowering.refactor``)
 =====================  ========================================================================
 """
 
@@ -178,6 +180,8 @@ def space_knobs(caps: Capabilities, dtype: str) -> tuple[tuple[Knob, ...], tuple
              group_rule if caps.single_group_form else "no one-work-group form here",
              active=lambda s: s["kernel_form"] == "auto", needs=("kernel_form",), when="kernel_form == 'auto'",
              neutral=256 if not caps.single_group_form else group_nodes),
+        knob("refactor", (False, True), False, "a parent's products of its children's states computed "
+             "in the children's steps", "off: the parent computes them"),
     )
     constraints = (
         Constraint("tile_hidden must be 0 or a multiple of vector_width",
