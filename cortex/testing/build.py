@@ -12,6 +12,8 @@ unfused        the default with ``fuse=False`` (dense intermediates between the 
 jammed         the default with the level interchange and a node jam of 4 nodes x 2 hidden units
                (a block every zoo hidden size divides), untiled: the schedule transforms that
                a default schedule of a CPU-like target may or may not use (not offered on a grid)
+refactored     the default with ``refactor=True`` (a parent's weight products of its children's
+               states computed in the children's steps)
 sample<i>      the i-th random legal schedule of the target's space (seeded; full sweep only)
 =============  =================================================================================
 
@@ -30,7 +32,7 @@ from cortex.core.api import CompiledCode
 from cortex.core.api import compile_only as cortex_compile_only
 from cortex.testing import zoo
 
-SCHEDULE_VARIANTS = ("default", "unscheduled", "unfused", "jammed")
+SCHEDULE_VARIANTS = ("default", "unscheduled", "unfused", "jammed", "refactored")
 
 
 class ScheduleNotLegal(ValueError):
@@ -62,6 +64,8 @@ def schedule(target: str, dtype: str, variant: str) -> Any:
             return space.with_knobs(fuse=False)
         if variant == "jammed":
             return space.with_knobs(interchange=True, node_jam=4, hidden_jam=2, tile_hidden=0)
+        if variant == "refactored":
+            return space.with_knobs(refactor=True)
         if variant.startswith("sample"):
             i = int(variant[len("sample"):])
             return space.sample(1000 + i, 1)[0]

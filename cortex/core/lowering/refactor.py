@@ -82,6 +82,8 @@ def _reads_child(vals: dict[int, Value], vid: int, memo: dict[int, bool]) -> boo
 def _why_not(vals: dict[int, Value], v: Value) -> str:
     if v.op == "matmul":
         return "a matrix product of children's values"
+    if vals[v.args[0]].op != "param":
+        return f"its weight is a child's value ({vals[v.args[0]].attr('state')}), not an invariant param"
     x = vals[v.args[1]]
     if x.op == "concat":
         return "its input concatenates several children's states (its weight would be split by columns)"

@@ -66,6 +66,7 @@ class Schedule:
     hidden_tiles: int = 1
     single_group_nodes: int = 256
     refactor: bool = False
+    recursive_unroll: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

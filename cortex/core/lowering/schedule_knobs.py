@@ -43,6 +43,9 @@ preference in ``Capabilities.preferred`` and the rule takes it when it is legal.
                        one-work-group kernel
 ``refactor``           recursive refactoring: a parent's weight products of its children's
                        states are computed in the children's steps (``lowering.refactor``)
+``recursive_unroll``   levels per step (1 = off): 2 runs a parent with its children of the level
+                       below as one work unit, one barrier per pair of levels
+                       (``linearize.units`` builds the units per call)
 =====================  ========================================================================
 """
 
@@ -182,6 +185,8 @@ def space_knobs(caps: Capabilities, dtype: str) -> tuple[tuple[Knob, ...], tuple
              neutral=256 if not caps.single_group_form else group_nodes),
         knob("refactor", (False, True), False, "a parent's products of its children's states computed "
              "in the children's steps", "off: the parent computes them"),
+        knob("recursive_unroll", (1, 2), 1, "levels per step: a parent computed with its children by "
+             "one worker, one barrier per step (1 = off)", "off: one step per level"),
     )
     constraints = (
         Constraint("tile_hidden must be 0 or a multiple of vector_width",
