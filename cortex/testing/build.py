@@ -14,6 +14,8 @@ jammed         the default with the level interchange and a node jam of 4 nodes 
                a default schedule of a CPU-like target may or may not use (not offered on a grid)
 refactored     the default with ``refactor=True`` (a parent's weight products of its children's
                states computed in the children's steps)
+unrolled       the default with ``recursive_unroll=2`` (a parent computed with its children in
+               one work unit, one barrier per pair of levels)
 sample<i>      the i-th random legal schedule of the target's space (seeded; full sweep only)
 =============  =================================================================================
 
@@ -32,7 +34,7 @@ from cortex.core.api import CompiledCode
 from cortex.core.api import compile_only as cortex_compile_only
 from cortex.testing import zoo
 
-SCHEDULE_VARIANTS = ("default", "unscheduled", "unfused", "jammed", "refactored")
+SCHEDULE_VARIANTS = ("default", "unscheduled", "unfused", "jammed", "refactored", "unrolled")
 
 
 class ScheduleNotLegal(ValueError):
@@ -66,6 +68,8 @@ def schedule(target: str, dtype: str, variant: str) -> Any:
             return space.with_knobs(interchange=True, node_jam=4, hidden_jam=2, tile_hidden=0)
         if variant == "refactored":
             return space.with_knobs(refactor=True)
+        if variant == "unrolled":
+            return space.with_knobs(recursive_unroll=2)
         if variant.startswith("sample"):
             i = int(variant[len("sample"):])
             return space.sample(1000 + i, 1)[0]
