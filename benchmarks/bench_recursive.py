@@ -1,7 +1,9 @@
 """Recursive refactoring and unrolling: steps (barriers) and time per call, as JSON.
 
-Pipeline position: outside the pipeline; it compiles each model four times on each target — the
-default schedule, ``refactor=True``, ``recursive_unroll=2`` and both — and runs them on the same
+Pipeline position: outside the pipeline; it compiles each model five times on each target — the
+default schedule, ``refactor=True``, ``recursive_unroll=2``, both, and ``levelwise`` (the default
+without the level interchange, node jam and node chunks, which unrolled phases do not take) —
+and runs them on the same
 inputs, interleaved (one round runs every variant once; the median over ``--repeats`` rounds is
 reported, with each variant's ratio to the default).
 
@@ -44,7 +46,10 @@ from cortex.models import ChildSumTreeLSTM, TreeGRU, TreeLSTM  # noqa: E402
 
 SCHEMA = "cortex-bench-recursive/1"
 VARIANTS = {"default": {}, "refactor": {"refactor": True}, "unroll2": {"recursive_unroll": 2},
-            "refactor+unroll2": {"refactor": True, "recursive_unroll": 2}}
+            "refactor+unroll2": {"refactor": True, "recursive_unroll": 2},
+            # the default without the level-loop transforms unrolled phases do not take: what
+            # unrolling changes besides them (the barriers, the states kept in cache)
+            "levelwise": {"interchange": False, "node_jam": 1, "node_chunk": 1}}
 MODELS = {"TreeLSTM": TreeLSTM, "TreeGRU": TreeGRU, "ChildSumTreeLSTM": ChildSumTreeLSTM}
 
 
