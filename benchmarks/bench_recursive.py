@@ -16,7 +16,9 @@ to one of the two words before it), at batch 1 and 10.
 ``steps`` is the number of parallel node loops a call runs, each followed by a barrier (the
 leaf loop, the level-1 loop of a model with a preterminal case, then one per level, or one per
 phase of two levels when unrolled): it is read from the program and the bound batch. Every
-variant's states are checked against the default's.
+variant's states are checked against the default's. Calls run on one linearized batch, so the
+unrolled variants build their work units once (a sealed batch keeps them); ``units_build_s``
+is what building them costs, the price of a call on a batch linearized for it alone.
 
 Usage::
 
@@ -30,6 +32,7 @@ import random
 import statistics
 import sys
 import time
+import timeit
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +45,7 @@ import cortex  # noqa: E402
 from benchmarks.common import environment, parse_like_tree, write_json  # noqa: E402
 from cortex.bench.workloads import dependency_tree  # noqa: E402
 from cortex.core.linearize import ParentArray  # noqa: E402
+from cortex.core.linearize.units import unroll_units  # noqa: E402
 from cortex.models import ChildSumTreeLSTM, TreeGRU, TreeLSTM  # noqa: E402
 
 SCHEMA = "cortex-bench-recursive/1"
@@ -111,13 +115,16 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--vocab", type=int, default=1000)
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=0, help="worker threads of every variant (0: the target's default)")
     ap.add_argument("--out", default="", help="JSON file (default: stdout)")
     args = ap.parse_args(argv)
     records = []
     for target in args.targets.split(","):
         for model_name in args.models.split(","):
             model = MODELS[model_name](hidden=args.hidden, embed=args.hidden, vocab=args.vocab, seed=args.seed)
-            exes = {v: cortex.compile(model, target=target, schedule=knobs) for v, knobs in VARIANTS.items()}
+            extra = {"threads": args.threads} if args.threads else {}
+            exes = {v: cortex.compile(model, target=target, schedule={**knobs, **extra})
+                    for v, knobs in VARIANTS.items()}
             notes = {v: [n for n in e.notes if n.startswith(("refactor:", "recursive_unroll="))]
                      for v, e in exes.items()}
             for shape in args.shapes.split(","):
@@ -129,13 +136,20 @@ def main(argv: list[str] | None = None) -> dict:
                     for v, e in exes.items():
                         got = e.run(batch)
                         errors[v] = max(float(np.max(np.abs(got.nodes(s) - want.nodes(s)))) for s in ("h",))
+                    lo, first = batch.level_offsets, exes["unroll2"].lowered.unit_levels[1]
+                    build = min(timeit.repeat(lambda: unroll_units(lo, batch.child_offsets, batch.child_ids, first),
+                                              number=20, repeat=5)) / 20
                     rounds = [time_round(exes, batch) for _ in range(args.repeats)]
                     med = {v: statistics.median(r[v] for r in rounds) for v in exes}
+                    best = {v: min(r[v] for r in rounds) for v in exes}
                     rec = {
                         "target": target, "model": model_name, "shape": shape, "batch": b,
                         "nodes": int(batch.num_nodes), "levels": int(len(batch.level_offsets) - 1),
                         "steps": {v: steps_per_call(e, batch) for v, e in exes.items()},
                         "median_s": med,
+                        "min_s": best,
+                        # the units' construction, once per batch (kept with a sealed batch)
+                        "units_build_s": build,
                         "speedup_vs_default": {v: med["default"] / med[v] for v in exes},
                         "max_abs_diff_vs_default": errors,
                     }

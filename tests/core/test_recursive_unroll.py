@@ -113,3 +113,21 @@ def test_unrolling_off_leaves_the_program_alone():
     assert sp.default().recursive_unroll == 1
     names = {b.name for b in lower(spec.graph, sp.default(), CPU).program.buffers}
     assert not names & {"phase_offsets", "unit_offsets", "unit_nodes"}
+
+
+def test_a_sealed_batch_keeps_its_units_and_another_does_not():
+    import dataclasses
+
+    spec = next(s for s in SPECS if s.name == "TreeLSTM")
+    low = lower(spec.graph, ScheduleSpace(CPU, "float64").with_knobs(recursive_unroll=2), CPU, "float64")
+    rng = np.random.default_rng(9)
+    batch = make_batch(spec, spec_families(spec, rng)["random"], rng)
+    assert batch._is_sealed()
+    first, _ = low.bind_batch(batch)
+    again, _ = low.bind_batch(batch)
+    assert again["unit_nodes"] is first["unit_nodes"]
+    mine = dataclasses.replace(batch)  # not sealed: its arrays could change between calls
+    a, _ = low.bind_batch(mine)
+    b, _ = low.bind_batch(mine)
+    assert a["unit_nodes"] is not b["unit_nodes"]
+    np.testing.assert_array_equal(a["unit_nodes"], first["unit_nodes"])

@@ -469,14 +469,23 @@ def _bind_batch(low: Lowered, batch: LinearizedBatch) -> tuple[dict[str, np.ndar
         bufs["level_offsets"] = lo
     sizes = {"N": n, "E": max(e, 1), "L": len(lo) - 1, "NL": nl}
     if low.unit_levels:
-        _bind_units(low.unit_levels, bufs, sizes)
+        _bind_units(batch, low.unit_levels, bufs, sizes)
     return bufs, sizes
 
 
-def _bind_units(unit_levels: tuple[int, ...], bufs: dict[str, np.ndarray], sizes: dict[str, int]) -> None:
-    """The work-unit arrays of an unrolled program, into ``bufs`` and ``sizes`` (P, U, NU)."""
+def _bind_units(batch: LinearizedBatch, unit_levels: tuple[int, ...], bufs: dict[str, np.ndarray],
+                sizes: dict[str, int]) -> None:
+    """The work-unit arrays of an unrolled program, into ``bufs`` and ``sizes`` (P, U, NU). They
+    are a function of the batch's arrays: a sealed batch (read-only arrays, see
+    ``linearize.structure``) keeps them, so a batch run again, or by several unrolled
+    executables, builds them once; any other batch builds them on every call."""
     levels, first = unit_levels
-    units = unroll_units(bufs["level_offsets"], bufs["child_offsets"], bufs["child_ids"], first, levels)
+    lo = bufs["level_offsets"]
+    memo = batch.__dict__.setdefault("_units", {}) if batch._is_sealed() else {}
+    key = (levels, first, len(lo))
+    units = memo.get(key)
+    if units is None:
+        units = memo[key] = unroll_units(lo, bufs["child_offsets"], bufs["child_ids"], first, levels)
     nu = len(units.unit_nodes)
     bufs["phase_offsets"], bufs["unit_offsets"] = units.phase_offsets, units.unit_offsets
     # NU may be 0 (only leaves): one padding entry keeps the buffer non-empty, never read
