@@ -7,14 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cortex.core.frontend import reference
 from cortex.core.linearize import ChildTable, linearize
 from cortex.core.linearize.units import unroll_units
 from cortex.core.lowering.lower import lower
 from cortex.core.lowering.schedule import ScheduleSpace
 from cortex.testing.structures import balanced, caterpillar
-from tests.core.test_lower import (CPU, GPU, SPECS, _dag, _random_tree, assert_close, make_batch,
-                                   run_lowered, spec_families)
+from tests.core.test_lower import CPU, GPU, SPECS, _dag, _random_tree, make_batch, spec_families
+from tests.core.test_refactor import check_against_untransformed
 
 
 def _batch(children_lists):
@@ -91,20 +90,10 @@ def _variants():
 
 @pytest.mark.parametrize("spec", SPECS, ids=repr)
 def test_unrolled_matches_untransformed_on_every_family(spec):
-    rng = np.random.default_rng(6)
-    plain = lower(spec.graph, ScheduleSpace(CPU, "float64").default(), CPU, "float64")
     lows = [(label, lower(spec.graph, s, caps, "float64")) for label, caps, s in _variants()]
     for label, low in lows:
         assert any(n.startswith("recursive_unroll=2:") for n in low.notes)
-    for fam, items in spec_families(spec, rng).items():
-        batch = make_batch(spec, items, rng)
-        ref = reference.evaluate(spec.graph, spec.model.params, batch)
-        base = run_lowered(plain, spec.model.params, batch)
-        for label, low in lows:
-            got = run_lowered(low, spec.model.params, batch)
-            assert_close(got, ref, "float64", f"{spec.name}/{fam}/{label}")
-            for s in base:
-                np.testing.assert_allclose(got[s], base[s], rtol=1e-10, atol=1e-10, err_msg=f"{fam}/{label}: {s}")
+    check_against_untransformed(spec, lows, 6)
 
 
 def test_unrolling_off_leaves_the_program_alone():
