@@ -1,8 +1,8 @@
 """A/B of two source trees (two commits): the same model and batches timed in two worker
 processes, one per tree, asked in turn, so the machine's drift hits both alike.
 
-The model and its inputs are those of ``benchmarks/bench_treelstm.py`` (``--model``: TreeLSTM
-by default, h256, SST-like parse trees of 20-40 leaves, batches 1 and 10).
+The model and its inputs are those of ``cortex bench`` (``cortex.bench.workloads``; ``--model``:
+TreeLSTM by default, h256, parse-like trees of ``--tokens`` leaves on average, batches 1 and 10).
 
 Pipeline position: outside the pipeline, a measurement tool (like ``tools/ab_level1_tables.py``,
 which compares two executables of one tree in one process). Two commits cannot share a process
@@ -41,19 +41,19 @@ def worker(args: argparse.Namespace) -> int:
     import numpy as np
 
     import cortex
-    from benchmarks import bench_treelstm as bench
+    from cortex.bench import workloads as wl
 
-    s = bench.settings_from(bench.parse_args(["--hidden", str(args.hidden), "--embed", str(args.hidden),
-                                              "--vocab", str(args.vocab), "--batches", args.batches]))
-    model, hidden, width = bench.build_model(args.model, s)
+    key = wl.GroupKey(args.model, args.hidden, None, args.vocab, seed=0)
+    model = wl.build_model(key)
+    width = model.params["U"].shape[1] if args.model == "DAGRNN" else 0
     opts = json.loads(args.compile_options) if args.compile_options else {}
     t0 = time.perf_counter()
     exe = cortex.compile(model, target=args.target, **opts)
     compile_s = time.perf_counter() - t0
     data = {}
     roots = {}
-    for b in s.batches:
-        w = bench.build_workload(args.model, model, hidden, width, b, s)  # the benchmark's inputs
+    for b in (int(x) for x in args.batches.split(",")):
+        w = wl.make_inputs(args.model, args.tokens, b, vocab=args.vocab, width=width, seed=0)  # cortex bench's inputs
         batch = exe.linearize(w.structures)
         out = exe.run(batch)  # fills the token tables' rows of this batch
         roots[b] = np.asarray(out.root("h"), dtype=np.float64).reshape(b, -1)
@@ -86,7 +86,7 @@ class _Worker:
     def __init__(self, tree: Path, args: argparse.Namespace, target: str, options: str) -> None:
         env = dict(os.environ, PYTHONPATH=str(tree))
         cmd = [sys.executable, str(HERE), "--worker", "--target", target, "--model", args.model,
-               "--hidden", str(args.hidden),
+               "--hidden", str(args.hidden), "--tokens", str(args.tokens),
                "--vocab", str(args.vocab), "--batches", args.batches, "--compile-options", options]
         self.proc = subprocess.Popen(cmd, cwd=tree, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      text=True)
@@ -115,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--new", default=str(HERE.parent.parent), help="the new source tree (default: this one)")
     p.add_argument("--targets", default="llvm")
     p.add_argument("--target", default="llvm", help=argparse.SUPPRESS)
-    p.add_argument("--model", default="TreeLSTM", help="a model of benchmarks/bench_treelstm.py (its inputs)")
+    p.add_argument("--model", default="TreeLSTM", help="a model of cortex bench (cortex.bench.workloads.MODELS)")
+    p.add_argument("--tokens", type=int, default=30, help="mean leaves (tokens) per input")
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--vocab", type=int, default=20000)
     p.add_argument("--batches", default="1,10")

@@ -13,7 +13,7 @@ jam and single-group transforms about 1 s). Two namespaces of :mod:`cortex.core.
 * ``sources``: a renderer's source, when its class sets ``cache_sources = True`` (the built-in
   ``llvm``, ``opencl`` and ``cuda`` ones), keyed by the code of ``cortex`` and of the
   renderer's package, the constants of the renderer's modules (:func:`knob_modules`: e.g. the
-  LLVM generator's prefetch distance), the renderer's attributes (by ``repr``; a renderer whose
+  LLVM generator's ``LANE_REDUCE``), the renderer's attributes (by ``repr``; a renderer whose
   attributes have no value ``repr`` is not cached) and the scheduled program.
 
 Values are pickled and read back with an unpickler that accepts only builtin containers and
