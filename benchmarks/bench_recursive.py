@@ -4,8 +4,9 @@ Pipeline position: outside the pipeline; it compiles each model five times on ea
 default schedule, ``refactor=True``, ``recursive_unroll=2``, both, and ``levelwise`` (the default
 without the level interchange, node jam and node chunks, which unrolled phases do not take) —
 and runs them on the same
-inputs, interleaved (one round runs every variant once; the median over ``--repeats`` rounds is
-reported, with each variant's ratio to the default).
+inputs, interleaved (one round runs every variant once, in an order rotated every round, with
+``--settle`` seconds before each call so no other executable's threads are still spinning; the
+median over ``--repeats`` rounds is reported, with each variant's ratio to the default).
 
 Workloads: ``TreeLSTM`` and ``TreeGRU`` on binary trees, ``ChildSumTreeLSTM`` on dependency-like
 trees (``ParentArray``), each on two shapes: ``parse`` (random binary bracketings of 20-40 words;
@@ -96,11 +97,17 @@ def steps_per_call(exe: Any, batch: Any) -> int:
     return before + max(0, loops)
 
 
-def time_round(exes: dict[str, Any], batch: Any) -> dict[str, float]:
+def time_round(exes: dict[str, Any], batch: Any, turn: int, settle: float) -> dict[str, float]:
+    """One call of every executable, in an order rotated by ``turn``, ``settle`` seconds apart:
+    an llvm team spins about a millisecond after its call before it sleeps, which would slow
+    whichever executable runs next on a machine with few cores."""
+    names = list(exes)
+    names = names[turn % len(names):] + names[:turn % len(names)]
     out = {}
-    for name, exe in exes.items():
+    for name in names:
+        time.sleep(settle)
         t = time.perf_counter()
-        exe.run(batch)
+        exes[name].run(batch)
         out[name] = time.perf_counter() - t
     return out
 
@@ -115,6 +122,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--vocab", type=int, default=1000)
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--settle", type=float, default=0.005, help="seconds between two timed calls")
     ap.add_argument("--threads", type=int, default=0, help="worker threads of every variant (0: the target's default)")
     ap.add_argument("--out", default="", help="JSON file (default: stdout)")
     args = ap.parse_args(argv)
@@ -139,7 +147,7 @@ def main(argv: list[str] | None = None) -> dict:
                     lo, first = batch.level_offsets, exes["unroll2"].lowered.unit_levels[1]
                     build = min(timeit.repeat(lambda: unroll_units(lo, batch.child_offsets, batch.child_ids, first),
                                               number=20, repeat=5)) / 20
-                    rounds = [time_round(exes, batch) for _ in range(args.repeats)]
+                    rounds = [time_round(exes, batch, i, args.settle) for i in range(args.repeats)]
                     med = {v: statistics.median(r[v] for r in rounds) for v in exes}
                     best = {v: min(r[v] for r in rounds) for v in exes}
                     rec = {
