@@ -13,6 +13,10 @@ jammed         the default with the level interchange and a node jam of 4 nodes 
                (a block every zoo hidden size divides), untiled: the schedule transforms that
                a default schedule of a CPU-like target may or may not use (not offered on a grid)
 blocked        the default with the per-node state in blocks of 8 nodes (``state_layout``)
+refactored     the default with ``refactor=True`` (a parent's weight products of its children's
+               states computed in the children's steps)
+unrolled       the default with ``recursive_unroll=2`` (a parent computed with its children in
+               one work unit, one barrier per pair of levels)
 sample<i>      the i-th random legal schedule of the target's space (seeded; full sweep only)
 =============  =================================================================================
 
@@ -31,7 +35,7 @@ from cortex.core.api import CompiledCode
 from cortex.core.api import compile_only as cortex_compile_only
 from cortex.testing import zoo
 
-SCHEDULE_VARIANTS = ("default", "unscheduled", "unfused", "jammed", "blocked")
+SCHEDULE_VARIANTS = ("default", "unscheduled", "unfused", "jammed", "blocked", "refactored", "unrolled")
 
 
 class ScheduleNotLegal(ValueError):
@@ -65,6 +69,10 @@ def schedule(target: str, dtype: str, variant: str) -> Any:
             return space.with_knobs(interchange=True, node_jam=4, hidden_jam=2, tile_hidden=0)
         if variant == "blocked":
             return space.with_knobs(state_layout="node_blocked", state_block=8)
+        if variant == "refactored":
+            return space.with_knobs(refactor=True)
+        if variant == "unrolled":
+            return space.with_knobs(recursive_unroll=2)
         if variant.startswith("sample"):
             i = int(variant[len("sample"):])
             return space.sample(1000 + i, 1)[0]

@@ -6,9 +6,9 @@ selected targets; the pytest plugin (``cortex.testing.plugin``) parametrizes the
 
 * ``compile``   — code generation and compilation succeed (every target, runnable or not);
 * ``reference`` — a run agrees with the float64 reference (runnable targets);
-* ``differential`` — on one target, the unscheduled, the unfused, the jammed and the
-  node-blocked (``state_layout``) program agree with the default (scheduled, fused) program
-  on the ``mixed`` batch;
+* ``differential`` — on one target, the unscheduled, the unfused, the jammed, the
+  node-blocked (``state_layout``), the refactored and the unrolled program agree with the
+  default (scheduled, fused) program on the ``mixed`` batch;
 * ``contract``  — the executable's output contract (states, order, dtype, shapes, rows);
 * ``nonfinite`` — NaN and infinities in the input features propagate through every elementwise
   op as in the reference (``model`` names the op, see :mod:`cortex.testing.nonfinite`).
@@ -78,7 +78,7 @@ def cases(kind: str, targets: tuple[str, ...], full: bool = False,
                 if kind == "compile":
                     variants = ["default"]
                     if full or dtype == "float32":
-                        variants += ["unscheduled", "unfused", "jammed"]
+                        variants += ["unscheduled", "unfused", "jammed", "refactored", "unrolled"]
                     out += [Case(kind, target, m.id, dtype, v) for v in variants + samples]
                 elif kind == "reference":
                     for fam in FAMILIES:
@@ -91,7 +91,7 @@ def cases(kind: str, targets: tuple[str, ...], full: bool = False,
                 elif kind == "differential":
                     if full or dtype == "float32":
                         out += [Case(kind, target, m.id, dtype, v, "mixed", against="default")
-                                for v in ("unscheduled", "unfused", "jammed", "blocked")]
+                                for v in ("unscheduled", "unfused", "jammed", "blocked", "refactored", "unrolled")]
                 else:
                     out.append(Case(kind, target, m.id, dtype))
     return out

@@ -48,7 +48,8 @@ OPENCL = Capabilities(has_grid=True, grid_barrier=False, group_barrier=True,
 def sources(caps: Capabilities, dtype: str, variants: str = "all") -> dict[str, str]:
     """``{file stem: rendered source}`` for every zoo model: the default schedule and, with
     ``variants="all"``, fusion off, leaf specialization off and one random legal schedule;
-    with ``variants="one"``, one of those per model (cycling), to save compile time.
+    with ``variants="one"``, one of those per model (cycling), to save compile time; with
+    ``variants="recursive"``, ``refactor``, ``recursive_unroll=2`` and both instead.
     Program names are made unique (they name the kernels) so any sources can share one file."""
     out = {}
     for i, (label, name, model, _) in enumerate(zoo_cases(dtype)):
@@ -60,6 +61,10 @@ def sources(caps: Capabilities, dtype: str, variants: str = "all") -> dict[str, 
                  "random": space.sample(1000 + i, 1)[0]}
         if variants == "none":
             picks = {"default": picks["default"]}
+        elif variants == "recursive":  # recursive refactoring and unrolling, alone and together
+            picks = {"refactor": space.with_knobs(refactor=True),
+                     "unroll2": space.with_knobs(recursive_unroll=2),
+                     "refactorunroll2": space.with_knobs(refactor=True, recursive_unroll=2)}
         elif variants == "one":
             kind = ("unfused", "noleafspec", "random")[i % 3]
             picks = {"default": picks["default"], kind: picks[kind]}
@@ -137,3 +142,29 @@ def test_opencl_of_every_zoo_model_renders(tmp_path):
     r = subprocess.run([CC, "-fsyntax-only", "-Wall", "-Werror", "-std=c11", "-include", str(shim),
                         *files], cwd=tmp_path, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-6000:]
+
+
+def test_recursive_refactoring_and_unrolling_render_in_every_dialect(tmp_path):
+    """``refactor`` and ``recursive_unroll`` are LoopProgram/graph transforms: every C-family
+    dialect renders them; C compiles with warnings as errors, OpenCL C passes the shim's syntax
+    check, CUDA C compiles where nvcc is present."""
+    c_srcs = sources(CPU, "float32", "recursive")
+    cl_srcs = sources(OPENCL, "float32", "recursive")
+    cu_srcs = sources(CUDA, "float32", "recursive")
+    assert all("unit_nodes" in text for stem, text in {**c_srcs, **cl_srcs, **cu_srcs}.items() if "unroll2" in stem)
+    if CC is None:
+        return
+    files = _write(tmp_path, c_srcs, ".c")
+    flags = ["-c", "-Wall", "-Werror", "-std=c11", "-O2"]
+    _run_in_parallel([[CC, *flags, *files[0::2]], [CC, *flags, *files[1::2]]], tmp_path)
+    shim = tmp_path / "shim.h"
+    shim.write_text(OPENCL_SHIM)
+    cl = tmp_path / "cl"
+    cl.mkdir()
+    cl_files = _write(cl, {k: v.replace("#pragma OPENCL EXTENSION cl_khr_fp64 : enable", "")
+                           for k, v in cl_srcs.items()}, ".c")
+    r = subprocess.run([CC, "-fsyntax-only", "-Wall", "-Werror", "-std=c11", "-include", str(shim),
+                        *cl_files], cwd=cl, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-6000:]
+    if NVCC is not None:
+        _compile_cuda(cu_srcs, tmp_path, 2)

@@ -19,9 +19,9 @@ edge's child id ``child_ids[e]``.
 Inlining everything would recompute expensive values (anything containing a reduction) once per
 element of every consumer, so some values are *materialized*:
 
-* with ``fuse=True`` (per-node fusion), only an expensive value that a reduction reads at a
-  varying index (the vector of a GEMV, an operand of a matmul, a node value read per child edge),
-  and an expensive value that two loop nests would otherwise both recompute. Everything else of
+* with ``fuse=True`` (per-node fusion), only an expensive value (or a state) that a reduction
+  reads at a varying index (the vector of a GEMV, an operand of a matmul, a node value read per
+  child edge), and an expensive value that two loop nests would otherwise both recompute. Everything else of
   the same shape is computed in one nest per (depth, domain, shape), with ``Let`` bindings for the
   values it reuses: the stacked gate GEMV, its bias and the elementwise epilogue of a TreeLSTM
   are one loop over the hidden units, with no temporaries beyond the node states.
@@ -185,7 +185,10 @@ class CaseLowering:
         if self.ctx.fuse:
             for vid in self.order:  # topological: an earlier materialization can make later values cheap
                 v = self.vals[vid]
-                if v.domain != "invariant" and vid in self.reduced_operand and self._expensive(vid, {}):
+                # a state a reduction reads (a refactored node's projection of its own state) is
+                # stored anyway: read it back rather than recompute its epilogue per element
+                if v.domain != "invariant" and vid in self.reduced_operand and (
+                        self._expensive(vid, {}) or vid in self.state_of):
                     self.materialized.add(vid)
             while True:
                 nests = self._nests()

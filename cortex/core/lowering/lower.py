@@ -51,9 +51,11 @@ from cortex.core.loopir import Const, Load, Var
 from cortex.core.loopir.verify import verify
 from cortex.core.lowering.cases import CaseLowering, LowerContext, LoweringError, NameGen
 from cortex.core.lowering.apply_schedule import apply_schedule, node_loop_kind, schedule_nest
+from cortex.core.lowering.refactor import refactor_graph
 from cortex.core.frontend.params import bind_params
 from cortex.core.lowering.schedule import Schedule, describe
 from cortex.core.linearize.structure import INDEX_DTYPE, BatchTypeError, LinearizedBatch
+from cortex.core.linearize.units import unroll_units
 
 if TYPE_CHECKING:
     from cortex.core.runtime.token_tables import TokenTables
@@ -76,8 +78,9 @@ _C_MACROS = {
     "DBL_MIN", "FLT_EPSILON", "DBL_EPSILON", "MAXFLOAT", "CHAR_BIT", "INT_MAX", "INT_MIN",
     "errno", "assert", "threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize",
 }
-INDEX_BUFFERS = ("level_offsets", "child_offsets", "child_ids", "child_table", "word_ids", "features")
-SIZE_NAMES = ("N", "E", "L", "NL")
+INDEX_BUFFERS = ("level_offsets", "child_offsets", "child_ids", "child_table", "word_ids", "features",
+                 "phase_offsets", "unit_offsets", "unit_nodes")
+SIZE_NAMES = ("N", "E", "L", "NL", "P", "U", "NU")
 
 
 class BatchMismatchError(CortexError, ValueError):
@@ -94,6 +97,9 @@ class Lowered:
     state_names: tuple[tuple[str, str], ...] = ()  # state name -> output buffer name
     notes: tuple[str, ...] = field(default=())  # every knob and its source, then what each did
     provenance: tuple[tuple[str, str], ...] = ()  # knob -> where its value came from
+    # recursive unrolling: (levels per phase, first unrolled level); () when the levels run one
+    # by one. bind_batch then builds the work units (cortex.core.linearize.units) per call.
+    unit_levels: tuple[int, ...] = ()
 
     def prepare_params(self, params: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Once per executable: the model's params (+ derived params via params.bind_params),
@@ -166,8 +172,14 @@ def lower(graph: RecursiveGraph, schedule: Schedule, capabilities: Capabilities,
         raise TypeError(f"schedule must be a cortex.core.lowering.schedule.Schedule, got {type(schedule).__name__}")
     verify_graph(graph)
     caps = capabilities
-    names = NameGen(set(SIZE_NAMES) | set(INDEX_BUFFERS) | _C_RESERVED | _C_MACROS | {"l", "lh", "u", "v", "w"})
-    state_buf = {s.name: _ident(names, s.name) for s in graph.states}
+    notes: list[str] = [f"schedule: {line}" for line in describe(schedule, provenance or {})]
+    lgraph, scratch = graph, frozenset()  # the graph the cases are lowered from; scratch states
+    if schedule.refactor:
+        refactored = refactor_graph(graph)
+        lgraph, scratch = refactored.graph, frozenset(refactored.projections)
+        notes.extend(refactored.notes)
+    names = NameGen(set(SIZE_NAMES) | set(INDEX_BUFFERS) | _C_RESERVED | _C_MACROS | {"l", "lh", "u", "v", "w", "ph", "phh", "g", "gi"})
+    state_buf = {s.name: _ident(names, s.name) for s in lgraph.states}
     used_params = _used_params(graph)
     derived = {d.name: d for d in graph.derived}
     param_buf = {p: _ident(names, _param_base(p, derived)) for p in used_params}
@@ -178,15 +190,15 @@ def lower(graph: RecursiveGraph, schedule: Schedule, capabilities: Capabilities,
         [i for i in graph.node_inputs if i.kind == "word"]) > 1:
         raise LoweringError(f"graph {graph.name!r}: at most one word input and one feature input are supported")
     ctx = LowerContext(
-        graph=graph, dtype=dtype, names=names, param_buf=param_buf, state_buf=state_buf,
+        graph=lgraph, dtype=dtype, names=names, param_buf=param_buf, state_buf=state_buf,
         input_buf=input_buf, fuse=schedule.fuse,
         group_barrier=caps.has_grid and caps.group_barrier,
     )
     ctx.schedule_nest = lambda stmt, var, extent, reduces: schedule_nest(stmt, var, extent, reduces, schedule, caps, ctx)
-    leaf = CaseLowering(ctx, graph.case("leaf"), "l")
-    internal = CaseLowering(ctx, graph.case("internal"), "n")
-    has_pre = schedule.leaf_specialization and any(c.name == "preterminal" for c in graph.cases)
-    pre = CaseLowering(ctx, graph.case("preterminal"), "p") if has_pre else None
+    leaf = CaseLowering(ctx, lgraph.case("leaf"), "l")
+    internal = CaseLowering(ctx, lgraph.case("internal"), "n")
+    has_pre = schedule.leaf_specialization and any(c.name == "preterminal" for c in lgraph.cases)
+    pre = CaseLowering(ctx, lgraph.case("preterminal"), "p") if has_pre else None
 
     N, L, NL = Var("N"), Var("L"), Var("NL")
     lvl = Var("l")
@@ -220,7 +232,17 @@ def lower(graph: RecursiveGraph, schedule: Schedule, capabilities: Capabilities,
         return ir.For("w", lo, hi, pre.emit(Var("w")), nk)
 
     grid = caps.has_grid
-    notes: list[str] = [f"schedule: {line}" for line in describe(schedule, provenance or {})]
+    unit_levels: tuple[int, ...] = ()
+    if schedule.recursive_unroll > 1:
+        unit_levels = (schedule.recursive_unroll, first)
+        node_body = internal.emit(v) if schedule.leaf_specialization else ir.If(
+            ir.eq(Load("child_offsets", (v + 1,)), Load("child_offsets", (v,))), leaf_body, internal_body)
+        level_body = _unit_phase(node_body, nk, ctx.group_barrier)
+        notes.append(f"recursive_unroll={schedule.recursive_unroll}: levels {first}..L-1 run as phases of "
+                     f"{schedule.recursive_unroll} levels, each a parallel loop over work units (a parent "
+                     f"with its children, in order); the level-loop transforms (interchange, node jam, "
+                     f"node chunks) do not apply to them")
+    steps = (Const(0), Var("P")) if unit_levels else (first, L)  # what the level loop runs over
     form = schedule.kernel_form
     if form in ("single", "auto") and caps.single_group_form and not (caps.grid_barrier if grid else caps.single_call):
         form = "per_level"  # the backend derives its one-work-group kernel from this program
@@ -238,12 +260,12 @@ def lower(graph: RecursiveGraph, schedule: Schedule, capabilities: Capabilities,
             if grid:
                 parts.append(ir.Barrier("grid"))
         level_parts = [level_body(lvl)] + ([ir.Barrier("grid")] if grid else [])
-        parts.append(ir.For("l", first, L, ir.seq(*level_parts)))
+        parts.append(ir.For("l", *steps, ir.seq(*level_parts)))
         kernels: tuple[ir.Kernel, ...] = (ir.Kernel("main", (), ir.seq(*parts)),)
         host: tuple = (ir.Launch("main"),)
     else:
         kernels = (ir.Kernel("level", ("l",), level_body(lvl)),)
-        host = (ir.HostFor("lh", first, L, (ir.Launch("level", (Var("lh"),)),)),)
+        host = (ir.HostFor("lh", *steps, (ir.Launch("level", (Var("lh"),)),)),)
         if pre is not None:
             kernels = (ir.Kernel("preterminal", (), pre_loop()),) + kernels
             host = (ir.Launch("preterminal"),) + host
@@ -256,8 +278,11 @@ def lower(graph: RecursiveGraph, schedule: Schedule, capabilities: Capabilities,
     buffers = _index_buffers(graph, dtype) + tuple(
         ir.Buffer(param_buf[p], dtype, _param_shape(graph, p), "param") for p in used_params
     ) + tuple(
-        ir.Buffer(state_buf[s.name], dtype, (N,) + s.shape, "output") for s in graph.states
+        ir.Buffer(state_buf[s.name], dtype, (N,) + s.shape, "temp" if s.name in scratch else "output")
+        for s in lgraph.states
     ) + tuple(ctx.temps)
+    if unit_levels:
+        sizes, buffers = sizes + _UNIT_SIZES, buffers[:3] + _unit_buffers() + buffers[3:]
     program = ir.Program(_ident(NameGen(set()), graph.name.lower()), sizes, buffers, kernels, host)
     program = ir.simplify(program)  # type: ignore[assignment]
     program, sched_notes = apply_schedule(program, schedule, caps, ctx)
@@ -267,11 +292,38 @@ def lower(graph: RecursiveGraph, schedule: Schedule, capabilities: Capabilities,
         graph=graph, program=program, schedule=schedule, dtype=dtype,
         param_names=tuple((p, param_buf[p]) for p in used_params),
         state_names=tuple((s.name, state_buf[s.name]) for s in graph.states),
-        notes=tuple(notes), provenance=tuple((provenance or {}).items()),
+        notes=tuple(notes), provenance=tuple((provenance or {}).items()), unit_levels=unit_levels,
     )
 
 
 # ---------------------------------------------------------------------------------- helpers
+
+_UNIT_SIZES = (ir.Size("P"), ir.Size("U"), ir.Size("NU"))
+
+
+def _unit_buffers() -> tuple[ir.Buffer, ...]:
+    """The work-unit arrays of an unrolled program (``cortex.core.linearize.units``)."""
+    N, U, NU, P = Var("N"), Var("U"), Var("NU"), Var("P")
+    return (
+        ir.Buffer("phase_offsets", "int32", (P + 1,), "index", (Const(0), U), monotone=True),
+        ir.Buffer("unit_offsets", "int32", (U + 1,), "index", (Const(0), NU), monotone=True),
+        ir.Buffer("unit_nodes", "int32", (NU,), "index", (Const(0), N - 1)),
+    )
+
+
+def _unit_phase(node_body: ir.Stmt, kind: str, group_barrier: bool):
+    """``level_body`` of an unrolled program: phase ``ph``'s units in parallel (``kind``), each
+    unit's nodes in order, ``v`` bound to the node; on a grid target a group barrier after each
+    node (the next node of the unit reads what the group's threads wrote)."""
+    g, gi = Var("g"), Var("gi")
+    body = ir.seq(node_body, ir.Barrier("group")) if group_barrier else node_body
+
+    def phase(ph: ir.Expr) -> ir.Stmt:
+        nodes = ir.For("gi", Load("unit_offsets", (g,)), Load("unit_offsets", (g + 1,)),
+                       ir.Let("v", Load("unit_nodes", (gi,)), body))
+        return ir.For("g", Load("phase_offsets", (ph,)), Load("phase_offsets", (ph + 1,)), nodes, kind)
+    return phase
+
 
 
 def _ident(names: NameGen, raw: str) -> str:
@@ -434,4 +486,26 @@ def _bind_batch(low: Lowered, batch: LinearizedBatch) -> tuple[dict[str, np.ndar
         lo = np.concatenate([lo, np.full(plan.min_levels + 1 - len(lo), lo[-1] if len(lo) else 0, dtype=INDEX_DTYPE)])
         bufs["level_offsets"] = lo
     sizes = {"N": n, "E": max(e, 1), "L": len(lo) - 1, "NL": nl}
+    if low.unit_levels:
+        _bind_units(batch, low.unit_levels, bufs, sizes)
     return bufs, sizes
+
+
+def _bind_units(batch: LinearizedBatch, unit_levels: tuple[int, ...], bufs: dict[str, np.ndarray],
+                sizes: dict[str, int]) -> None:
+    """The work-unit arrays of an unrolled program, into ``bufs`` and ``sizes`` (P, U, NU). They
+    are a function of the batch's arrays: a sealed batch (read-only arrays, see
+    ``linearize.structure``) keeps them, so a batch run again, or by several unrolled
+    executables, builds them once; any other batch builds them on every call."""
+    levels, first = unit_levels
+    lo = bufs["level_offsets"]
+    memo = batch.__dict__.setdefault("_units", {}) if batch._is_sealed() else {}
+    key = (levels, first, len(lo))
+    units = memo.get(key)
+    if units is None:
+        units = memo[key] = unroll_units(lo, bufs["child_offsets"], bufs["child_ids"], first, levels)
+    nu = len(units.unit_nodes)
+    bufs["phase_offsets"], bufs["unit_offsets"] = units.phase_offsets, units.unit_offsets
+    # NU may be 0 (only leaves): one padding entry keeps the buffer non-empty, never read
+    bufs["unit_nodes"] = units.unit_nodes if nu else np.zeros(1, dtype=INDEX_DTYPE)
+    sizes.update(P=units.phases, U=len(units.unit_offsets) - 1, NU=max(nu, 1))

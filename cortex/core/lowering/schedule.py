@@ -67,6 +67,8 @@ class Schedule:
     single_group_nodes: int = 256
     state_layout: str = "row_major"
     state_block: int = 8
+    refactor: bool = False
+    recursive_unroll: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -44,6 +44,11 @@ preference in ``Capabilities.preferred`` and the rule takes it when it is legal.
 ``state_layout``       per-node state (and per-node intermediates): "row_major" ([N, H]) or
                        "node_blocked" (blocks of ``state_block`` nodes, [N // b + 1, H, b])
 ``state_block``        nodes per block of a ``node_blocked`` state
+``refactor``           recursive refactoring: a parent's weight products of its children's
+                       states are computed in the children's steps (``lowering.refactor``)
+``recursive_unroll``   levels per step (1 = off): 2 runs a parent with its children of the level
+                       below as one work unit, one barrier per pair of levels
+                       (``linearize.units`` builds the units per call)
 =====================  ========================================================================
 """
 
@@ -189,6 +194,10 @@ def space_knobs(caps: Capabilities, dtype: str) -> tuple[tuple[Knob, ...], tuple
              "8 nodes" if caps.blocked_state else "no blocked state here",
              active=lambda s: s["state_layout"] == "node_blocked", needs=("state_layout",),
              when="state_layout == 'node_blocked'"),
+        knob("refactor", (False, True), False, "a parent's products of its children's states computed "
+             "in the children's steps", "off: the parent computes them"),
+        knob("recursive_unroll", (1, 2), 1, "levels per step: a parent computed with its children by "
+             "one worker, one barrier per step (1 = off)", "off: one step per level"),
     )
     constraints = (
         Constraint("tile_hidden must be 0 or a multiple of vector_width",
