@@ -7,6 +7,9 @@ Public API:
 
 * :func:`compile` — ``cortex.compile(model, target="llvm", **options)``
 * :func:`trace` — ``cortex.trace(model)`` gives the model's RecursiveGraph
+* :func:`tune` — ``cortex.tune(model, target, workload=..., budget=...)`` searches the schedule
+  space and stores the winner as a tuning record, which ``cortex.compile`` then uses
+  (``cortex.tuning``, ``docs/tuning.md``)
 * :data:`hookimpl` — the marker for plugin hook implementations (see ``docs/plugins.md``)
 * :class:`Target`, :class:`TargetOption`, :class:`Availability` — what a plugin registers
 * :class:`Backend`, :class:`Renderer`, :class:`Compiler`, :class:`Runtime` — the backend contract
@@ -41,6 +44,7 @@ _LAZY = {
     "Runtime": "cortex.core.plugin.backend",
     "HostRuntime": "cortex.core.plugin.backend",
     "trace": "cortex.core.frontend.trace",
+    "tune": "cortex.tuning.tuner",
     "Schedule": "cortex.core.lowering.schedule",
     "ScheduleSpace": "cortex.core.lowering.schedule",
     "ScheduleError": "cortex.core.lowering.schedule",
@@ -81,4 +85,5 @@ __all__ = [
     "hookimpl",
     "resolve_target",
     "trace",
+    "tune",
 ]

@@ -21,9 +21,13 @@ passes, while the main thread lowers, renders and compiles; it is joined before 
 is made, and its error, if any, is raised as is. The weight layouts are applied after that. The backend is created and the schedule resolved first,
 so a target without a code generator or an illegal schedule fails before any tracing.
 
-The schedule is the target's ``ScheduleSpace(capabilities, dtype).default()`` unless the user
-gives ``schedule=`` (a :class:`~cortex.core.lowering.schedule.Schedule`, a dict of knobs overriding the
-default, or its JSON). The *unscheduled* program of stage 03 is the same lowering with every
+The schedule (``schedule=``) is ``"auto"`` by default: the best matching tuning record's
+(``cortex.tuning.records.auto_schedule``: same graph after passes, target, device and dtype; the
+workload class named by ``workload=``, else the nearest or newest), found once the graph
+passes have run, else the target's ``ScheduleSpace(capabilities, dtype).default()``.
+``"default"`` takes the default rules without reading any record; a
+:class:`~cortex.core.lowering.schedule.Schedule`, a dict of knobs overriding the default, or its
+JSON is used as given. The executable's ``schedule_source`` says which it was and why. The *unscheduled* program of stage 03 is the same lowering with every
 loop-shaping knob at its neutral value (no tiling, scalar, no unrolling, row-major weights, not
 persistent; the structural knobs ``kernel_form``, ``leaf_specialization``, ``fuse``,
 ``parallel`` and ``threads`` kept), so the diff 03 -> 04 shows what the schedule did.
@@ -58,7 +62,9 @@ if TYPE_CHECKING:
 GraphPass = Callable[["RecursiveGraph"], "RecursiveGraph"]
 
 #: Options every target accepts, handled by the core, never passed to a target's backend.
-SHARED_OPTIONS = ("dtype", "schedule", "dump", "passes", "max_table_mib")
+SHARED_OPTIONS = ("dtype", "schedule", "dump", "passes", "max_table_mib", "workload")
+#: The ``schedule=`` words: read the tuning records (the default), or the default rules only.
+SCHEDULE_WORDS = ("auto", "default")
 #: The default ``max_table_mib`` where the token tables are filled on use (a host runtime); a
 #: device, which gets them whole at compile time, keeps the table passes' own default (2**24
 #: entries: 64 MiB in float32). 128 MiB lets in the level-1 tables of a TreeLSTM with vocab 20000
@@ -79,26 +85,31 @@ SOURCE_EXTENSIONS = {"c": ".c", "opencl": ".cl", "cuda": ".cu", "": ".txt"}
 
 _ALLOWED = {
     "dtype": "one of 'float32', 'float64'",
-    "schedule": "a cortex.core.lowering.schedule.Schedule, a dict of schedule knobs, or its JSON text",
+    "schedule": "'auto' (a tuning record, else the default rules), 'default' (the default "
+                "rules), a cortex.core.lowering.schedule.Schedule, a dict of schedule knobs, or "
+                "its JSON text",
     "dump": "a directory path (str or os.PathLike)",
     "passes": "a list of graph passes: functions RecursiveGraph -> RecursiveGraph or names "
               "from cortex.core.passes.pipeline.ALL_PASSES",
     "max_table_mib": "a positive number: the largest table (MiB, in the compile dtype) a pass "
                      "may precompute; default 128 where tables are filled on use (CPU targets), "
                      "else 2**24 entries (64 MiB in float32)",
+    "workload": "a workload class such as 'b8-n32-parse' (cortex.tune): the tuning record "
+                "schedule='auto' prefers",
 }
 
 
 @dataclass(frozen=True)
 class CompileOptions:
     """The validated shared options. ``dtype=None`` means the model's own dtype;
-    ``schedule=None`` the target's default; ``passes=None`` ``DEFAULT_PASSES``."""
+    ``schedule=None`` is ``"auto"``; ``passes=None`` ``DEFAULT_PASSES``."""
 
     dtype: str | None = None
-    schedule: Any = None  # Schedule | dict of knobs | None
+    schedule: Any = None  # "auto" | "default" | Schedule | dict of knobs | None (= "auto")
     dump: Path | None = None
     passes: tuple[GraphPass, ...] | None = None
     max_table_mib: float | None = None  # None: the table passes' own default
+    workload: str | None = None  # the workload class schedule="auto" prefers
 
 
 def split_options(options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -133,7 +144,9 @@ def compile_options(target: str, options: Mapping[str, Any]) -> CompileOptions:
         out = replace(out, dtype=name)
     if options.get("schedule") is not None:
         value = options["schedule"]
-        if isinstance(value, str):
+        if isinstance(value, str) and value in SCHEDULE_WORDS:
+            pass
+        elif isinstance(value, str):
             try:
                 value = Schedule.from_json(value).to_dict()
             except ScheduleError as e:
@@ -144,7 +157,7 @@ def compile_options(target: str, options: Mapping[str, Any]) -> CompileOptions:
                 raise bad("schedule", value, f"knobs from {list(KNOB_NAMES)} (unknown knob "
                           f"{unknown_knobs[0]!r})")
             value = dict(value)
-        elif not isinstance(value, Schedule):
+        elif not isinstance(value, (Schedule, str)):
             raise bad("schedule", value)
         out = replace(out, schedule=value)
     if options.get("dump") is not None:
@@ -159,6 +172,14 @@ def compile_options(target: str, options: Mapping[str, Any]) -> CompileOptions:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
             raise bad("max_table_mib", value)
         out = replace(out, max_table_mib=float(value))
+    if options.get("workload") is not None:
+        from cortex.tuning.workload import parse_class
+
+        try:
+            parse_class(options["workload"])
+        except ValueError as e:
+            raise bad("workload", options["workload"], f"{_ALLOWED['workload']} ({e})") from None
+        out = replace(out, workload=options["workload"])
     return out
 
 
@@ -182,12 +203,14 @@ def _resolve_passes(target: str, value: Any) -> tuple[GraphPass, ...]:
 
 
 def resolve_schedule(target: str, space: "ScheduleSpace", given: Any) -> "Schedule":
-    """The schedule to compile with: the space's default, a knob dict over it, or a given
-    Schedule — validated against the target's space (InvalidOptionError otherwise)."""
+    """The schedule to compile with: the space's default (for ``None``, ``"auto"`` and
+    ``"default"``: the tuning records are read later, see :func:`build_artifact`), a knob dict
+    over it, or a given Schedule — validated against the target's space (InvalidOptionError
+    otherwise)."""
     from cortex.core.lowering.schedule import Schedule, ScheduleError
 
     try:
-        if given is None:
+        if given is None or given in SCHEDULE_WORDS:
             return space.default()
         if isinstance(given, Schedule):
             return space.validate(given)
@@ -247,6 +270,7 @@ class Built:
     artifact: Any
     prepared: Mapping[str, np.ndarray] | None  # the prepared params; None when not asked for
     tables: "TokenTables | None" = None  # fills the prepared token tables' rows on first use
+    schedule_source: str = ""  # which schedule this is and why (tuning record, default, given)
 
 
 def build_artifact(model: Any, target: "Target", target_options: Mapping[str, Any],
@@ -287,6 +311,9 @@ def build_artifact(model: Any, target: "Target", target_options: Mapping[str, An
         raise InvalidOptionError(target.name, "dtype", dtype, f"a float type this target "
                                  f"supports ({e})") from None
     schedule = resolve_schedule(target.name, space, options.schedule)
+    auto = options.schedule is None or options.schedule == "auto"
+    source_of_schedule = ("default rules" if options.schedule == "default"
+                          else "given by the caller")
 
     traced = trace(model)
     dump.write("graph", str(traced))
@@ -296,10 +323,14 @@ def build_artifact(model: Any, target: "Target", target_options: Mapping[str, An
     # lowers, renders and compiles; their weight layouts are applied once the program is known.
     bound = _Worker(_bind, graph, model.params, dtype, deferred) if prepare_params else None
     try:
+        if auto:
+            schedule, source_of_schedule = _recorded_schedule(graph, target, target_options,
+                                                              backend, space, options.workload)
         dump.write("graph_passes", str(graph))
         dump.write("options", json.dumps({
             "target": target.name, "target_options": dict(target_options), "dtype": dtype,
-            "schedule": schedule.to_dict(), "passes": [p.__name__ for p in passes],
+            "schedule": schedule.to_dict(), "schedule_source": source_of_schedule,
+            "passes": [p.__name__ for p in passes],
             "max_table_mib": table_mib, "tables_filled_on_use": deferred,
         }, indent=2, sort_keys=True, default=repr))
         if dump:
@@ -315,7 +346,17 @@ def build_artifact(model: Any, target: "Target", target_options: Mapping[str, An
     finally:
         if bound is not None:
             bound.join()  # never leave the worker running, whatever happened here
-    return Built(lowered, backend, source, key, artifact, prepared, tables)
+    return Built(lowered, backend, source, key, artifact, prepared, tables, source_of_schedule)
+
+
+def _recorded_schedule(graph: "RecursiveGraph", target: "Target", target_options: Mapping[str, Any],
+                       backend: "Backend", space: "ScheduleSpace", workload: str | None
+                       ) -> tuple["Schedule", str]:
+    """``schedule="auto"``: the best matching tuning record's schedule, else the default
+    (``cortex.tuning.records.auto_schedule``; reading them imports only sqlite3)."""
+    from cortex.tuning.records import auto_schedule
+
+    return auto_schedule(graph, target.name, target_options, backend, space, workload)
 
 
 def _bind(graph: "RecursiveGraph", params: Mapping[str, np.ndarray], dtype: str,
@@ -351,7 +392,7 @@ def build(model: Any, target: "Target", target_options: Mapping[str, Any],
     return Executable(target=target.name, options=target_options, lowered=b.lowered,
                       backend=b.backend, source=b.source, artifact=b.artifact,
                       cache_key=b.cache_key, params=model.params, model_name=model.name,
-                      prepared=b.prepared, tables=b.tables)
+                      prepared=b.prepared, tables=b.tables, schedule_source=b.schedule_source)
 
 
 class _Worker(threading.Thread):

@@ -77,10 +77,12 @@ class Executable:
                  backend: Backend, source: Source, artifact: Any, cache_key: str,
                  params: Mapping[str, np.ndarray], model_name: str = "",
                  prepared: Mapping[str, np.ndarray] | None = None,
-                 tables: "TokenTables | None" = None) -> None:
+                 tables: "TokenTables | None" = None, schedule_source: str = "") -> None:
         """``prepared``: ``lowered.prepare_params(params)`` when the caller already made it
         (the pipeline does, in a thread overlapping the backend's compile); ``tables``: the
-        filler of the token tables that ``prepared`` holds as zero pages (host runtimes only)."""
+        filler of the token tables that ``prepared`` holds as zero pages (host runtimes only);
+        ``schedule_source``: which schedule this is and why (a tuning record, the default
+        rules, given by the caller)."""
         self.target = target
         self.options = dict(options)
         self.lowered = lowered
@@ -88,6 +90,7 @@ class Executable:
         self.source = source
         self.artifact = artifact
         self.cache_key = cache_key
+        self.schedule_source = schedule_source
         self.model_name = model_name or lowered.graph.name
         self.calls = 0
         self._linearize = linearize_options(lowered.graph)
