@@ -5,7 +5,8 @@ Pipeline position: outside the pipeline; it reports what the plugin system and t
 ``cortex info`` lists the plugins (version, source, hooks) and any plugin that failed, every
 target with its aliases, options, *enabled* and *runnable* states and their reasons, the host
 (CPU and SIMD features, OpenCL devices, nvcc, GPU) and the plugin environment switches.
-``cortex info --json`` prints the same as JSON.
+``cortex info --json`` prints the same as JSON. ``cortex tune`` tunes a model's schedule and
+manages the tuning records (``cortex.tuning.cli``).
 """
 
 from __future__ import annotations
@@ -115,6 +116,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                                "latency on the default CPU target next to the NumPy reference")
     demo.add_argument("--target", default="llvm", help="target to compile for (default: llvm)")
     demo.add_argument("--hidden", type=int, default=256, help="hidden size (default: 256)")
+    from cortex.tuning import cli as tune_cli
+
+    tune_cli.add_parser(commands)
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
@@ -124,6 +128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         run_demo(target=args.target, hidden=args.hidden)
         return 0
+    if args.command == "tune":
+        return tune_cli.run(args)
     data = collect_info()
     print(json.dumps(data, indent=2, default=repr) if args.json else format_info(data))
     return 0
