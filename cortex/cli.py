@@ -116,6 +116,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                                "latency on the default CPU target next to the NumPy reference")
     demo.add_argument("--target", default="llvm", help="target to compile for (default: llvm)")
     demo.add_argument("--hidden", type=int, default=256, help="hidden size (default: 256)")
+    bench = commands.add_parser("bench", help="benchmark: models x targets x installed peers, "
+                                "timed fairly; JSON, report.md and plots (docs/bench.md)")
+    from cortex.bench.options import add_arguments as add_bench_arguments
+
+    add_bench_arguments(bench)
     from cortex.tuning import cli as tune_cli
 
     tune_cli.add_parser(commands)
@@ -123,6 +128,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    if args.command == "bench":
+        from cortex.bench import main as bench_main
+        from cortex.bench.options import from_args
+
+        return bench_main(from_args(args))
     if args.command == "demo":
         from cortex.plugins.cpu_llvm.demo import run_demo
 

@@ -1,7 +1,7 @@
 """PyTorch peers of the binary TreeLSTM: eager naive, eager level-batched (CPU or CUDA), and
 torch.compile of the level-batched cell.
 
-Pipeline position: outside the pipeline; see ``benchmarks/peers/__init__.py`` for the contract.
+Pipeline position: outside the pipeline; see ``cortex/bench/peers/__init__.py`` for the contract.
 
 * ``naive``: what a user writes first — a Python recursion over the nested tuples, one node at a
   time (``addmv`` with the stacked gate matrix), every tree of the batch in turn.
@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from benchmarks.peers.plan import LevelPlan, TreeLSTMWeights
+from cortex.bench.peers.plan import LevelPlan, TreeLSTMWeights
 
 
 def _torch():

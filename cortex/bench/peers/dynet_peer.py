@@ -1,6 +1,6 @@
 """DyNet peer of the binary TreeLSTM, with DyNet's automatic batching (``autobatch=1``).
 
-Pipeline position: outside the pipeline; see ``benchmarks/peers/__init__.py`` for the contract.
+Pipeline position: outside the pipeline; see ``cortex/bench/peers/__init__.py`` for the contract.
 The DyNet way: build a fresh computation graph per call by recursion over the nested tuples,
 one expression per node, and let the autobatcher group the nodes that can run together; the
 timed call therefore includes graph construction, which is inherent to DyNet's model.
@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from benchmarks.peers.plan import TreeLSTMWeights
+from cortex.bench.peers.plan import TreeLSTMWeights
 
 _dy: Any = None
 _reason: str | None = None

@@ -1,7 +1,7 @@
-"""PyTorch peers of the other zoo models: TreeFC, TreeGRU, MV-RNN and DAG-RNN level-batched
-(the same scheme as the TreeLSTM peer), and the sequence LSTM as ``torch.nn.LSTM``.
+"""PyTorch peers of the other zoo models: TreeFC, TreeGRU, child-sum TreeLSTM, MV-RNN and DAG-RNN
+level-batched (the same scheme as the TreeLSTM peer), and the sequence LSTM as ``torch.nn.LSTM``.
 
-Pipeline position: outside the pipeline; see ``benchmarks/peers/__init__.py`` for the contract.
+Pipeline position: outside the pipeline; see ``cortex/bench/peers/__init__.py`` for the contract.
 Equations: ``cortex/models/`` (tree_fc, tree_gru, mvrnn, dagrnn, sequence). Index tensors,
 the embedding-lookup ids and the DAG-RNN's float32 features are prepared outside the timed call.
 """
@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from benchmarks.peers.plan import LevelPlan
+from cortex.bench.peers.plan import ChildSumWeights, CSRPlan, LevelPlan
 
 
 def _t(a: np.ndarray):
@@ -138,17 +138,11 @@ def build_dagrnn_levels(model: Any, batch: Any) -> Callable[[], dict[str, np.nda
     input term (all cells' ``U x + b`` in one GEMM up front)."""
     import torch
 
-    p, H = model.params, model.hidden
+    p, H, plan = model.params, model.hidden, CSRPlan.from_batch(batch)
     U_T, W_T, b = _t(p["U"].T), _t(p["W"].T), _t(p["b"])
     x = _t(batch.features.astype(p["U"].dtype))
-    offs = batch.child_offsets.astype(np.int64)
-    levels = []
-    for l in range(1, batch.num_levels):
-        lo, hi = int(batch.level_offsets[l]), int(batch.level_offsets[l + 1])
-        counts = np.diff(offs[lo : hi + 1])
-        child = batch.child_ids[offs[lo] : offs[hi]].astype(np.int64)
-        levels.append((lo, hi, _t(child), _t(np.repeat(np.arange(hi - lo), counts))))
-    nl, n, roots = batch.num_leaves, batch.num_nodes, _t(batch.roots.astype(np.int64))
+    levels = [(lo, hi, _t(child), _t(seg)) for lo, hi, child, seg, _ in plan.levels]
+    nl, n, roots = plan.num_leaves, plan.num_nodes, _t(plan.roots)
 
     def run() -> dict[str, np.ndarray]:
         with torch.inference_mode():
@@ -159,5 +153,42 @@ def build_dagrnn_levels(model: Any, batch: Any) -> Callable[[], dict[str, np.nda
                 s = torch.zeros((hi - lo, H)).index_add_(0, seg, h.index_select(0, child))
                 h[lo:hi] = torch.tanh(torch.addmm(ux[lo:hi], s, W_T))
             return {"h": h.index_select(0, roots).numpy()}
+
+    return run
+
+
+def build_childsum_levels(model: Any, batch: Any) -> Callable[[], dict[str, np.ndarray]]:
+    """Child-sum TreeLSTM level-batched: every node's input projection in one ``addmm`` up
+    front; per level the children's ``h`` and ``f * c`` summed per parent with ``index_add``,
+    one ``addmm`` for the i/o/u gates and one for the per-child forget gates."""
+    import torch
+
+    w, plan = ChildSumWeights.from_model(model), CSRPlan.from_batch(batch)
+    H = w.hidden
+    E, Wx_T, b_x = _t(w.E), _t(w.W_x.T), _t(w.b_x)
+    U_iou_T, U_f_T = _t(w.U_iou.T), _t(w.U_f.T)
+    words, roots = _t(plan.words), _t(plan.roots)
+    levels = [(lo, hi, _t(child), _t(seg)) for lo, hi, child, seg, _ in plan.levels]
+    nl, n = plan.num_leaves, plan.num_nodes
+
+    def run() -> dict[str, np.ndarray]:
+        with torch.inference_mode():
+            gx = torch.addmm(b_x, E.index_select(0, words), Wx_T)  # [N, 4H]: i, o, u, f
+            h = torch.empty((n, H))
+            c = torch.empty((n, H))
+            g = gx[:nl]
+            c[:nl] = torch.sigmoid(g[:, :H]) * torch.tanh(g[:, 2 * H : 3 * H])
+            h[:nl] = torch.sigmoid(g[:, H : 2 * H]) * torch.tanh(c[:nl])
+            for lo, hi, child, seg in levels:
+                hk = h.index_select(0, child)
+                hsum = torch.zeros((hi - lo, H)).index_add_(0, seg, hk)
+                g = torch.addmm(gx[lo:hi, : 3 * H], hsum, U_iou_T)
+                io = torch.sigmoid(g[:, : 2 * H])
+                f = torch.sigmoid(torch.addmm(gx[lo:hi, 3 * H :].index_select(0, seg), hk, U_f_T))
+                fc = torch.zeros((hi - lo, H)).index_add_(0, seg, f * c.index_select(0, child))
+                cn = io[:, :H] * torch.tanh(g[:, 2 * H :]) + fc
+                c[lo:hi] = cn
+                h[lo:hi] = io[:, H:] * torch.tanh(cn)
+            return {"h": h.index_select(0, roots).numpy(), "c": c.index_select(0, roots).numpy()}
 
     return run
