@@ -38,11 +38,12 @@ def _norm(v: Any) -> Any:
 
 
 class Encoder:
-    """Schedule (a knob dict) + workload features -> a feature vector, from the space's knobs."""
+    """Schedule (a knob dict) + workload features -> a feature vector, from the space's knobs;
+    a knob a schedule lacks (a record older than the knob) reads as its value in ``defaults``."""
 
-    def __init__(self, knobs: Sequence[Any]) -> None:
+    def __init__(self, knobs: Sequence[Any], defaults: Mapping[str, Any]) -> None:
         self._columns: list[tuple[str, str, Any]] = []  # (knob, kind, choice for one-hot)
-        self._defaults = {k.name: _norm(k.default) for k in knobs}
+        self._defaults = {k: _norm(v) for k, v in defaults.items()}
         for k in knobs:
             choices = [_norm(c) for c in k.choices]
             if len(choices) < 2:

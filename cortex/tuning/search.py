@@ -81,7 +81,7 @@ class ModelProposer(RandomProposer):
         from cortex.tuning.cost_model import CostModel, Encoder
 
         super().__init__(space, rng)
-        self.encoder = Encoder(space.knobs)
+        self.encoder = Encoder(space.knobs, space.default().to_dict())
         self.features = tuple(features)
         self.model = CostModel(seed=seed)
         self._rows: list[np.ndarray] = []

@@ -75,7 +75,7 @@ def test_the_encoder_reads_any_knob_from_the_space() -> None:
     knobs = (Knob("flag", (False, True), False, ""), Knob("size", (1, 2, 4, 8), 1, ""),
              Knob("layout", ("a", "b", "c"), "a", ""), Knob("stages", ((8, 6), (4, 3)), (8, 6), ""),
              Knob("fixed", (7,), 7, ""))
-    enc = Encoder(knobs)
+    enc = Encoder(knobs, {k.name: k.default for k in knobs})
     assert enc.names == ["flag", "size", "size=1", "size=2", "size=4", "size=8", "layout=a", "layout=b", "layout=c", "stages=(8, 6)",
                          "stages=(4, 3)"]
     row = enc.encode({"flag": True, "size": 4, "layout": "c", "stages": [4, 3]}, (0.5,))
@@ -85,7 +85,7 @@ def test_the_encoder_reads_any_knob_from_the_space() -> None:
 
 def test_the_cost_model_learns_a_knob_that_matters() -> None:
     space = ScheduleSpace(CPU, "float32")
-    enc = Encoder(space.knobs)
+    enc = Encoder(space.knobs, space.default().to_dict())
     rng = np.random.default_rng(0)
     scheds = space.sample(rng, 60)
     y = np.array([0.0 if s.unroll == 4 else 1.0 for s in scheds]) + rng.normal(0, 0.05, 60)

@@ -1,0 +1,36 @@
+"""The tuner's benchmark scripts run end to end at tiny sizes and write the JSON they document."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("llvmlite", reason="the scripts tune and compile on the llvm target (pip install '.[llvm]')")
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def test_tune_search_script(tmp_path: Path) -> None:
+    out, png = tmp_path / "s.json", tmp_path / "s.png"
+    subprocess.run([sys.executable, str(BENCH / "tune_search.py"), "--models", "TreeRNN:hidden=4,vocab=9",
+                    "--trials", "2", "--seeds", "1", "--option", "threads=1", "--out", str(out),
+                    "--plot", str(png)], check=True, timeout=600)
+    data = json.loads(out.read_text())
+    runs = data["models"]["TreeRNN:hidden=4,vocab=9"]["runs"]
+    assert sorted(r["arm"] for r in runs) == ["model", "random"]
+    assert all(len(r["curve"]) == 2 and len(r["trials"]) == 2 for r in runs)
+    assert data["models"]["TreeRNN:hidden=4,vocab=9"]["summary"]["seeds"] == 1
+    assert png.stat().st_size > 0
+
+
+def test_tune_lookup_script(tmp_path: Path) -> None:
+    out = tmp_path / "l.json"
+    subprocess.run([sys.executable, str(BENCH / "tune_lookup.py"), "--model", "TreeRNN:hidden=4,vocab=9",
+                    "--rounds", "2", "--others", "5", "--out", str(out)], check=True, timeout=600)
+    data = json.loads(out.read_text())
+    assert data["records_in_db"] == 6 and 0 < data["lookup_s"] < 5
+    assert len(data["all"]["wall"]["auto"]) == 2
