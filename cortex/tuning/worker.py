@@ -8,7 +8,9 @@ schedule's :class:`~cortex.tuning.measure.BaselineInfo`), ``compile``, ``time``,
 :class:`WorkerMeasurer` (the default) runs a :class:`~cortex.tuning.measure.Measurer` in a
 fresh ``python -m cortex.tuning.worker`` process, talking over a socket pair. A compile or a
 timing that takes longer than its timeout, or a worker that dies, is killed and replaced
-(the new worker compiles the default again), and the candidate is recorded as failed. The
+(the new worker compiles the default again), and the candidate is recorded as failed; a
+Ctrl-C while the worker is busy replaces it too, so the session can still check and store its
+best candidates. The
 worker is a plain subprocess, not ``multiprocessing``: it never re-imports the caller's
 ``__main__``, so a script without an ``if __name__ == "__main__"`` guard can tune. The model
 travels by pickle, so its class must be importable; one defined in ``__main__`` (a script, a
@@ -93,6 +95,8 @@ class WorkerMeasurer:
             raise WorkerError(f"the tuning worker did not start: {e}") from None
 
     def _call(self, message: Any, timeout: float) -> Any:
+        if self._conn is None:  # lost to a Ctrl-C: start a new worker first
+            self.info = self._start()
         assert self._conn is not None and self._proc is not None
         try:
             if message is not None:
@@ -104,6 +108,11 @@ class WorkerMeasurer:
         except (EOFError, OSError, ConnectionError):
             code = self._kill()
             raise _Lost(f"the worker exited (code {code})") from None
+        except KeyboardInterrupt:
+            # the worker is still busy with this request: its answer would answer the next one
+            self._kill()
+            self.generation += 1
+            raise
         if status == "error":
             raise WorkerError(value)
         return value
@@ -141,13 +150,16 @@ class WorkerMeasurer:
             return {}
 
     def drop(self, slots: Sequence[int]) -> None:
-        self._call(("drop", list(slots)), 60.0)
+        try:
+            self._call(("drop", list(slots)), 60.0)
+        except _Lost:
+            self._replace()
 
     def close(self) -> None:
         if self._conn is not None:
             try:
                 self._call(("close",), 10.0)
-            except (_Lost, WorkerError):
+            except (_Lost, WorkerError, KeyboardInterrupt):
                 pass
         self._kill()
 

@@ -4,6 +4,8 @@ tuned schedules against the float64 reference on every structure family of the s
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +21,7 @@ from cortex.testing.tolerance import check
 from cortex.tuning.measure import Measurer, reference_states
 from cortex.tuning.records import RecordStore
 from cortex.tuning.tuner import Budget
-from cortex.tuning.worker import WorkerMeasurer
+from cortex.tuning.worker import WorkerError, WorkerMeasurer
 from cortex.tuning.workload import Workload, WorkloadSpec
 
 pytest.importorskip("llvmlite", reason="these tests tune and compile on the llvm target (pip install '.[llvm]')")
@@ -98,6 +100,11 @@ def test_the_worker_measures_and_is_replaced_after_a_timeout() -> None:
         lost = w.compile({"unroll": 4}, timeout=0.001)
         assert not lost.ok and "stopped" in lost.error and w.generation == 1
         assert w.compile({"unroll": 4}, timeout=120).ok  # the new worker works
+        os.kill(w._proc.pid, signal.SIGKILL)  # a worker that dies is replaced too
+        died = w.compile({"unroll": 8}, timeout=120)
+        assert not died.ok and "exited" in died.error and w.generation == 2
+        with pytest.raises(WorkerError, match="no compiled candidate"):  # its slots are gone
+            w.time([r.slot], rounds=1, cutoff=1.0, timeout=120)
     finally:
         w.close()
 
