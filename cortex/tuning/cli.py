@@ -7,7 +7,7 @@ Naming a model: a zoo class with its settings, ``TreeLSTM:hidden=256,vocab=20000
 ints, floats, ``true``/``false`` or strings), or the path of a saved model where
 ``cortex.core.frontend.model.Model.load`` exists.
 
-    cortex tune TreeLSTM:hidden=256 --target llvm --budget-trials 64 --budget-seconds 120 \\
+    cortex tune TreeLSTM:hidden=256 --target llvm --budget-trials 64 --budget-seconds 150 \\
         --batch-size 10 --nodes 60 --shape parse --out treelstm.jsonl
     cortex tune --list
     cortex tune --export records.jsonl
@@ -75,7 +75,8 @@ def add_parser(commands: Any) -> None:
                    help="a target option, e.g. threads=1 (repeatable)")
     p.add_argument("--dtype", choices=("float32", "float64"), help="default: the model's")
     p.add_argument("--budget-trials", type=int, default=64, help="new candidates to measure (64)")
-    p.add_argument("--budget-seconds", type=float, default=120.0, help="search time (120 s)")
+    p.add_argument("--budget-seconds", type=float, default=150.0,
+                   help="seconds for the whole session, final check included (150)")
     p.add_argument("--method", choices=("model", "random"), default="model",
                    help="cost-model-guided (default) or random search")
     p.add_argument("--seed", type=int, default=0)

@@ -10,7 +10,9 @@ workload. It runs in the tuner's own process or, by default, in a worker process
   of the workload (which also warms it up: first-use tables, buffer pools) and compares every
   state at every node with the float64 reference under the suite's tolerance
   (:mod:`cortex.testing.tolerance`). A candidate that fails to compile or disagrees never
-  wins; a legal schedule that disagrees is a compiler bug, and the error says where.
+  wins; a legal schedule that disagrees is a compiler bug, and the error says where. The
+  check's runs are timed too (``check_s``): the tuner does not time a candidate whose first
+  pass took ``SKIP_TIMING`` times the default's first pass.
 * :meth:`Measurer.time` times candidates in *interleaved rounds*: in each round the default
   and every candidate each run one sample (the whole workload, ``inner`` times), in an order
   rotated per round, so a change of machine load hits all of them alike. A candidate's score
@@ -41,6 +43,7 @@ class CompileResult:
     error: str = ""
     program_key: str = ""  # equal keys: the same program and source (measured once)
     schedule: dict[str, Any] | None = None  # the schedule as compiled (every knob)
+    check_s: float = 0.0  # the check's first pass over the workload (tables filled, cold)
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,7 @@ class TimeResult:
 class BaselineInfo:
     schedule: dict[str, Any]
     compile_s: float
+    check_s: float  # the default's first pass over the workload (as CompileResult.check_s)
     seconds: float  # one pass over the workload, median of a few
     inner: int  # workload passes per timing sample
     capabilities: Any
@@ -100,7 +104,7 @@ class Measurer:
         resolved, options = resolve_target(self.target, self.target_options)
         desc = device_description(resolved.name, options, exe.backend)
         return BaselineInfo(schedule=exe.schedule.to_dict(), compile_s=result.compile_s,
-                            seconds=one, inner=self._inner, capabilities=exe.backend.capabilities,
+                            check_s=result.check_s, seconds=one, inner=self._inner, capabilities=exe.backend.capabilities,
                             graph_fingerprint=graph_fingerprint(exe.graph),
                             device_fingerprint=device_fingerprint(desc), device_info=desc)
 
@@ -116,30 +120,34 @@ class Measurer:
         sched = exe.schedule.to_dict()
         key = hashlib.sha256(f"{exe.cache_key}\0{exe.program}".encode()).hexdigest()
         try:
-            problem = self._check(exe)
+            problem, check_s = self._check(exe)
         except Exception as e:
-            problem = f"run failed: {type(e).__name__}: {_first_line(e)}"
+            problem, check_s = f"run failed: {type(e).__name__}: {_first_line(e)}", 0.0
         if problem:
-            return CompileResult(None, False, compile_s, problem, key, sched)
+            return CompileResult(None, False, compile_s, problem, key, sched, check_s)
         if slot is None:
             slot, self._next = self._next, self._next + 1
         self._exes[slot] = exe
-        return CompileResult(slot, True, compile_s, "", key, sched)
+        return CompileResult(slot, True, compile_s, "", key, sched, check_s)
 
-    def _check(self, exe: Any) -> str:
-        """'' when every state of every batch is within tolerance of the reference."""
+    def _check(self, exe: Any) -> tuple[str, float]:
+        """('' when every state of every batch is within tolerance of the reference, else what
+        is wrong; the seconds of the runs)."""
         from cortex.testing.tolerance import compare_states
 
+        run_s = 0.0
         for i, (batch, want) in enumerate(zip(self.batches, self.reference)):
+            t0 = time.perf_counter()
             out = exe.run(batch)
+            run_s += time.perf_counter() - t0
             got = {s: out.nodes(s) for s in out.states}
             bad = [e for e in compare_states(got, want, self.dtype) if not e.ok]
             if bad:
                 e = bad[0]
                 return (f"wrong outputs on batch {i}: state {e.state!r}: {e.bad} of {e.size} "
                         f"elements out of tolerance, worst at node row {e.row}: got {e.got!r}, "
-                        f"want {e.want!r}")
-        return ""
+                        f"want {e.want!r}"), run_s
+        return "", run_s
 
     def _sample(self, exe: Any, inner: int) -> float:
         run, batches = exe.run, self.batches

@@ -11,9 +11,10 @@ offers, layout knobs and loop knobs jointly — and learns from each measured ba
   of mutations (one to three knobs changed) of the best measured ones, then picks ``n - 1`` of
   them by Thompson sampling (each the fastest by the mean of ``THOMPSON_TREES`` randomly drawn
   trees of the forest: a diverse batch where the model is unsure, not eight near-copies of one
-  guess) and one uniformly random schedule (exploration). Until it has a first batch of results it samples at random;
-  ``from_default=True`` treats the default schedule as a measured point (ratio 1), so the
-  first batches explore around the hand-written rules.
+  guess) and one uniformly random schedule (exploration). ``from_default=True`` treats the
+  default schedule as a measured point (ratio 1): until two valid trials can train the model,
+  the batch is mutants of the default (and one random schedule), so the search starts around
+  the hand-written rules; without it, the first batch is random.
 
 Both skip schedules already measured (in this session or a resumed one). Knob values are
 taken from the space, never named here.
@@ -131,21 +132,28 @@ class ModelProposer(RandomProposer):
                 out.append(child)
         return out
 
-    def propose(self, n: int) -> list[Schedule]:
-        measured_ok = sum(1 for y in self._y if y is not None)
-        if measured_ok < 2:
-            return super().propose(n)
-        X, y = self._training_set()
-        self.model.fit(X, y)
-        taken = set(self.measured)
-        pool: dict[str, Schedule] = {}
-        for s in self._fresh(POOL_RANDOM, set(taken)):
-            pool[schedule_key(s)] = s
+    def _mutants(self, taken: set[str]) -> dict[str, Schedule]:
+        """Mutants of the best measured schedules of this workload, not measured yet."""
+        out: dict[str, Schedule] = {}
         for _, parent in sorted(self._own, key=lambda p: p[0])[:PARENTS]:
             for s in self._mutate(parent, POOL_MUTANTS):
                 k = schedule_key(s)
                 if k not in taken:
-                    pool[k] = s
+                    out[k] = s
+        return out
+
+    def propose(self, n: int) -> list[Schedule]:
+        taken = set(self.measured)
+        if sum(1 for y in self._y if y is not None) < 2:
+            # nothing to learn from yet: around the default (from_default), else at random
+            near = list(self._mutants(taken).values())
+            picks = [near[int(i)] for i in self.rng.permutation(len(near))[:max(0, n - 1)]]
+            return picks + self._fresh(n - len(picks), taken | {schedule_key(s) for s in picks})
+        X, y = self._training_set()
+        self.model.fit(X, y)
+        pool = self._mutants(taken)
+        for s in self._fresh(POOL_RANDOM, set(taken)):
+            pool[schedule_key(s)] = s
         keys = list(pool)
         if not keys:
             return []

@@ -16,9 +16,9 @@ A session:
    interleaved rounds with the default, until the trial or time budget is spent (or Ctrl-C);
    every trial is stored as it is measured, so ``resume=True`` (the default) continues a
    session where it stopped, and trials of other workload classes train the cost model;
-4. the best few are timed again against the default in more interleaved rounds; the winner is
-   stored only if it beats the default by ``MIN_GAIN``, else the record says the default rules
-   were fastest.
+4. the best few that measured faster than the default are timed again against it in more
+   interleaved rounds; the winner is stored only if it beats the default by ``MIN_GAIN``, else
+   the record says the default rules were fastest.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from cortex.tuning.workload import Workload, make_workload
 ROUNDS = 5  # interleaved timing rounds per batch of candidates
 VERIFY_ROUNDS = 15  # rounds of the final check against the default
 CUTOFF = 3.0  # candidates slower than this times the default stop after one round
+SKIP_TIMING = 10.0  # a candidate whose check ran this many times slower is not timed at all
 ELITES = 3  # candidates kept compiled for the final check
 MIN_GAIN = 0.02  # the winner must be this much faster than the default to be stored as such
 BATCH = 8  # candidates proposed, compiled and timed together
@@ -48,11 +49,12 @@ BATCH = 8  # candidates proposed, compiled and timed together
 
 @dataclass(frozen=True)
 class Budget:
-    """Stop after ``trials`` new candidates or ``seconds`` of search, whichever comes first
-    (the final check adds a few seconds)."""
+    """Stop after ``trials`` new candidates or ``seconds`` of the session (setup and final check
+    included), whichever comes first. A compile running when time is up may overrun it by up to
+    three typical compiles."""
 
     trials: int = 64
-    seconds: float = 120.0
+    seconds: float = 150.0
 
     def __post_init__(self) -> None:
         if not (isinstance(self.trials, int) and self.trials >= 1):
@@ -100,8 +102,8 @@ def tune(model: Any, target: str = "llvm", *, workload: Any = None, budget: Budg
     (cost-model-guided) or ``"random"``. ``db``: the records database (default:
     ``cortex.tuning.records.db_path()``). ``isolate``: measure in a worker process with
     timeouts; ``compile_timeout``: seconds a candidate's compile and check may take there
-    (default: max(20 s, 10x the default schedule's compile)). ``options``: the compile options (``passes``, ``max_table_mib``) and the
-    target's own options, as for ``cortex.compile``.
+    (default: max(10 s, 4x the default schedule's compile)). ``options``: the compile options
+    (``passes``, ``max_table_mib``) and the target's own options, as for ``cortex.compile``.
     """
     from cortex.core.api import resolve_target
     from cortex.core.pipeline import split_options
@@ -142,7 +144,7 @@ class _Session:
                  from_default: bool, db: RecordStore | None, store: bool, budget: Budget,
                  t0: float, progress: bool, model_name: str, compile_timeout: float | None) -> None:
         info = measurer.info
-        self.compile_timeout = compile_timeout or max(20.0, 10 * info.compile_s)
+        self.compile_timeout = compile_timeout or max(10.0, 4 * info.compile_s)
         self.m, self.wl, self.info, self.db, self.store = measurer, wl, info, db, store
         self.budget, self.t0, self.method, self.model_name = budget, t0, method, model_name
         self.space = ScheduleSpace(info.capabilities, dtype)
@@ -161,7 +163,9 @@ class _Session:
         self.bar = _Progress(budget.trials, f"tune {model_name} on {target} ({method})", progress)
 
     def remaining(self) -> float:
-        return self.budget.seconds - (time.perf_counter() - self.t0)
+        """Seconds of search left: the budget minus the time spent and the final check's."""
+        final_check = VERIFY_ROUNDS * (ELITES + 1) * self.info.seconds * self.info.inner + 2.0
+        return self.budget.seconds - (time.perf_counter() - self.t0) - final_check
 
     def best_ratio(self) -> float:
         ratios = [t.ratio for t in self.history + self.trials if t.ok and t.ratio]
@@ -223,6 +227,10 @@ class _Session:
             elif r.program_key in self.programs:  # the same program as one measured: no timing
                 self.m.drop([r.slot])
                 done.append(self._trial(knobs, self.programs[r.program_key], r.compile_s))
+            elif r.check_s > SKIP_TIMING * self.info.check_s:  # far slower: its check says so
+                self.m.drop([r.slot])
+                self.programs[r.program_key] = r.check_s / self.info.check_s
+                done.append(self._trial(knobs, self.programs[r.program_key], r.compile_s))
             else:
                 pending[r.slot] = (knobs, r.compile_s, r.program_key)
             self.bar.step()
@@ -267,7 +275,7 @@ class _Session:
 
     def _verify(self) -> tuple[dict[str, Any] | None, float, float]:
         """Time the best few again against the default: (winner's knobs or None, ratio, s)."""
-        ranked = sorted((t for t in self.history + self.trials if t.ok and t.ratio),
+        ranked = sorted((t for t in self.history + self.trials if t.ok and t.ratio and t.ratio < 1.0),
                         key=lambda t: t.ratio)
         chosen: dict[str, dict[str, Any]] = {}
         for t in ranked:
