@@ -27,10 +27,12 @@ workload class named by ``workload=``, else the nearest or newest), found once t
 passes have run, else the target's ``ScheduleSpace(capabilities, dtype).default()``.
 ``"default"`` takes the default rules without reading any record; a
 :class:`~cortex.core.lowering.schedule.Schedule`, a dict of knobs overriding the default, or its
-JSON is used as given. The executable's ``schedule_source`` says which it was and why. The *unscheduled* program of stage 03 is the same lowering with every
-loop-shaping knob at its neutral value (no tiling, scalar, no unrolling, row-major weights, not
-persistent; the structural knobs ``kernel_form``, ``leaf_specialization``, ``fuse``,
-``parallel`` and ``threads`` kept), so the diff 03 -> 04 shows what the schedule did.
+JSON is used as given. The executable's ``schedule_source`` says which it was and why.
+
+The *unscheduled* program of stage 03 is the same lowering with every loop-shaping knob at
+its neutral value (no tiling, scalar, no unrolling, row-major weights, not persistent; the
+structural knobs ``kernel_form``, ``leaf_specialization``, ``fuse``, ``parallel`` and
+``threads`` kept), so the diff 03 -> 04 shows what the schedule did.
 
 The compile options every target accepts are :class:`CompileOptions` (validated here with the
 same :class:`~cortex.core.errors.InvalidOptionError` as a target's own options); a target's
@@ -157,7 +159,7 @@ def compile_options(target: str, options: Mapping[str, Any]) -> CompileOptions:
                 raise bad("schedule", value, f"knobs from {list(KNOB_NAMES)} (unknown knob "
                           f"{unknown_knobs[0]!r})")
             value = dict(value)
-        elif not isinstance(value, (Schedule, str)):
+        elif not (isinstance(value, Schedule) or value in SCHEDULE_WORDS):
             raise bad("schedule", value)
         out = replace(out, schedule=value)
     if options.get("dump") is not None:
