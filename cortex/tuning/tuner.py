@@ -167,10 +167,6 @@ class _Session:
         final_check = VERIFY_ROUNDS * (ELITES + 1) * self.info.seconds * self.info.inner + 2.0
         return self.budget.seconds - (time.perf_counter() - self.t0) - final_check
 
-    def best_ratio(self) -> float:
-        ratios = [t.ratio for t in self.history + self.trials if t.ok and t.ratio]
-        return min(ratios) if ratios else math.inf
-
     def run(self, resume: bool) -> TuneResult:
         if resume and self.db is not None:
             self._resume()
@@ -255,7 +251,7 @@ class _Session:
             self.curve.append(self._best_speedup(self.trials[:len(self.curve) + 1]))
         if self.db is not None and self.store:
             self.db.add_trials(self.key, done)
-        self.bar.best(1.0 / self.best_ratio() if self.best_ratio() < math.inf else 0.0)
+        self.bar.best(self.curve[-1])
         return True
 
     def _trial(self, knobs: dict[str, Any], ratio: float | None, compile_s: float,
@@ -264,6 +260,7 @@ class _Session:
                      self.key.workload, self.session)
 
     def _best_speedup(self, trials: list[Trial]) -> float:
+        """The best speedup over the default among ``trials`` and the resumed ones (0: none)."""
         ratios = [t.ratio for t in self.history + trials if t.ok and t.ratio]
         return 1.0 / min(ratios) if ratios else 0.0
 
