@@ -175,7 +175,7 @@ def compile_options(target: str, options: Mapping[str, Any]) -> CompileOptions:
             raise bad("max_table_mib", value)
         out = replace(out, max_table_mib=float(value))
     if options.get("workload") is not None:
-        from cortex.tuning.workload import parse_class
+        from cortex.tuning.workload_class import parse_class
 
         try:
             parse_class(options["workload"])

@@ -272,13 +272,13 @@ class RecordStore:
              workload: str | None = None) -> tuple[Record, str] | None:
         """The record a compile uses and why: the asked workload class, else the nearest one,
         else (none asked) the newest. None when no record matches graph, target, device, dtype."""
-        from cortex.tuning.workload import class_distance
-
         found = self.records(graph, target, device, dtype)
         if not found:
             return None
         if workload is None:
             return found[0], "the newest record for this model and device"
+        from cortex.tuning.workload_class import class_distance
+
         exact = [r for r in found if r.key.workload == workload]
         if exact:
             return exact[0], f"tuned for the requested workload class {workload}"

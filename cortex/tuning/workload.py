@@ -20,7 +20,8 @@ dag        some node has several parents (DAGs, grids)
 =========  ==============================================================================
 
 A schedule tuned on one class is stored under that class; ``cortex.compile`` prefers the
-record of the class it is asked for (``workload=``), else the nearest one.
+record of the class it is asked for (``workload=``), else the nearest one
+(:mod:`cortex.tuning.workload_class` parses and compares class names).
 """
 
 from __future__ import annotations
@@ -33,9 +34,9 @@ import numpy as np
 
 from cortex.core.linearize import linearize
 from cortex.core.linearize.structure import LinearizedBatch
+from cortex.tuning.workload_class import CLASS_SHAPES, class_name
 
 SHAPES = ("parse", "balanced", "chain", "dag", "grid")  # what a WorkloadSpec may ask for
-CLASS_SHAPES = ("parse", "balanced", "chain", "dag")  # what a workload class may say
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ class WorkloadStats:
 
     @property
     def workload_class(self) -> str:
-        return f"b{_bucket(self.batch_size)}-n{_bucket(self.nodes)}-{self.shape}"
+        return class_name(self.batch_size, self.nodes, self.shape)
 
     def features(self) -> list[float]:
         """Numeric features for the cost model (log sizes and the shape, one-hot)."""
@@ -87,32 +88,6 @@ class WorkloadStats:
     def to_dict(self) -> dict[str, Any]:
         return {"batches": self.batches, "batch_size": self.batch_size, "nodes": self.nodes,
                 "levels": self.levels, "shape": self.shape, "class": self.workload_class}
-
-
-def _bucket(x: float) -> int:
-    return 1 << max(0, int(math.floor(math.log2(max(1.0, x)))))
-
-
-def parse_class(text: str) -> tuple[int, int, str]:
-    """``"b8-n32-parse"`` -> ``(8, 32, "parse")``; ``ValueError`` for anything else."""
-    parts = text.split("-") if isinstance(text, str) else []
-    try:
-        if len(parts) == 3 and parts[0][0] == "b" and parts[1][0] == "n" and parts[2] in CLASS_SHAPES:
-            b, n = int(parts[0][1:]), int(parts[1][1:])
-            if b >= 1 and n >= 1 and b & (b - 1) == 0 and n & (n - 1) == 0:
-                return b, n, parts[2]
-    except (ValueError, IndexError):
-        pass
-    raise ValueError(f"{text!r} is not a workload class: expected b<B>-n<N>-<shape> with B and N "
-                     f"powers of two and shape one of {CLASS_SHAPES} (e.g. 'b8-n32-parse')")
-
-
-def class_distance(a: str, b: str) -> float:
-    """How far apart two workload classes are: octaves of batch size and of nodes, plus 2 for
-    a different shape (0 for the same class)."""
-    ba, na, sa = parse_class(a)
-    bb, nb, sb = parse_class(b)
-    return abs(math.log2(ba / bb)) + abs(math.log2(na / nb)) + (0 if sa == sb else 2)
 
 
 def stats_of(batches: Sequence[LinearizedBatch]) -> WorkloadStats:

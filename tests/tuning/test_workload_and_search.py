@@ -14,7 +14,8 @@ from cortex.models import DAGRNN, SeqGRU, TreeLSTM
 from cortex.tuning.cost_model import CostModel, Encoder
 from cortex.tuning.records import Trial
 from cortex.tuning.search import ModelProposer, RandomProposer, make_proposer, schedule_key
-from cortex.tuning.workload import Workload, WorkloadSpec, class_distance, parse_class
+from cortex.tuning.workload import Workload, WorkloadSpec
+from cortex.tuning.workload_class import class_distance, parse_class
 
 CPU = Capabilities(num_cores=4, vector_bits=256, cache_bytes_per_core=1 << 20, dialect="")
 
