@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["CORTEX_TUNE_DB"] = str(Path(tempfile.mkdtemp()) / "records.sqlite")
     import cortex
     from cortex.tuning.cli import load_model
-    from cortex.tuning.fingerprint import device_description, device_fingerprint, graph_fingerprint
+    from cortex.tuning.fingerprint import device_description, device_fingerprint
     from cortex.tuning.records import Record, RecordKey, RecordStore, auto_schedule
 
     model = load_model(args.model)
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     resolved, options = cortex.resolve_target(args.target)
     space = cortex.ScheduleSpace(exe.backend.capabilities, exe.dtype)
     tuned = space.with_knobs(unroll=2)
-    key = RecordKey(graph_fingerprint(exe.graph), resolved.name,
+    key = RecordKey(exe.graph_fingerprint, resolved.name,
                     device_fingerprint(device_description(resolved.name, options, exe.backend)),
                     exe.dtype, "b8-n32-parse")
     store = RecordStore()
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
             cpu[arm].append(time.process_time() - c0)
             assert e.schedule == tuned, e.schedule_source
         t0 = time.perf_counter()
-        auto_schedule(exe.graph, resolved.name, options, exe.backend, space)
+        auto_schedule(exe.graph_fingerprint, resolved.name, options, exe.backend, space)
         lookup.append(time.perf_counter() - t0)
     med = statistics.median
     given, auto = wall["given"], wall["auto"]

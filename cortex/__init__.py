@@ -7,6 +7,9 @@ Public API:
 
 * :func:`compile` — ``cortex.compile(model, target="llvm", **options)``
 * :func:`trace` — ``cortex.trace(model)`` gives the model's RecursiveGraph
+* :func:`load` — ``cortex.load(path)`` reads what ``exe.save(path)`` or ``model.save(path)``
+  wrote (``cortex.core.persist``)
+* :class:`DiskCache` — the on-disk artifact cache, for plugins (``cortex.core.diskcache``)
 * :func:`tune` — ``cortex.tune(model, target, workload=..., budget=...)`` searches the schedule
   space and stores the winner as a tuning record, which ``cortex.compile`` then uses
   (``cortex.tuning``, ``docs/tuning.md``)
@@ -48,6 +51,8 @@ _LAZY = {
     "Schedule": "cortex.core.lowering.schedule",
     "ScheduleSpace": "cortex.core.lowering.schedule",
     "ScheduleError": "cortex.core.lowering.schedule",
+    "load": "cortex.core.persist",
+    "DiskCache": "cortex.core.diskcache",
 }
 
 
@@ -65,6 +70,7 @@ __all__ = [
     "Backend",
     "Capabilities",
     "Compiler",
+    "DiskCache",
     "CortexError",
     "HostRuntime",
     "InvalidOptionError",
@@ -83,6 +89,7 @@ __all__ = [
     "UnknownTargetError",
     "compile",
     "hookimpl",
+    "load",
     "resolve_target",
     "trace",
     "tune",

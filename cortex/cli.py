@@ -5,8 +5,9 @@ Pipeline position: outside the pipeline; it reports what the plugin system and t
 ``cortex info`` lists the plugins (version, source, hooks) and any plugin that failed, every
 target with its aliases, options, *enabled* and *runnable* states and their reasons, the host
 (CPU and SIMD features, OpenCL devices, nvcc, GPU) and the plugin environment switches.
-``cortex info --json`` prints the same as JSON. ``cortex tune`` tunes a model's schedule and
-manages the tuning records (``cortex.tuning.cli``).
+``cortex info --json`` prints the same as JSON. ``cortex cache`` shows the compile cache
+(``cortex.core.diskcache``: its directory and each namespace's entries); ``--clear`` empties it.
+``cortex tune`` tunes a model's schedule and manages the tuning records (``cortex.tuning.cli``).
 """
 
 from __future__ import annotations
@@ -103,6 +104,20 @@ def format_info(info: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def format_cache(found: dict[str, Any]) -> str:
+    """``cortex.core.diskcache.report()``'s data as the text ``cortex cache`` prints."""
+    state = "on" if found["enabled"] else "off (CORTEX_CACHE=0)"
+    lines = [f"Compile cache: {found['root']}  [{state}]"]
+    if found["problem"]:
+        lines.append(f"  refused: {found['problem']}")
+    for name, n in found["namespaces"].items():
+        removed = f", {n['removed']} removed" if n["removed"] else ""
+        lines.append(f"  {name:8} {n['entries']:5d} entries  {n['bytes'] / 2**20:8.1f} MiB{removed}")
+    if not found["namespaces"]:
+        lines.append("  (empty)")
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from cortex import __version__
 
@@ -121,6 +136,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from cortex.bench.options import add_arguments as add_bench_arguments
 
     add_bench_arguments(bench)
+    cache = commands.add_parser("cache", help="the compile cache: where it is, what it holds")
+    cache.add_argument("--clear", action="store_true", help="delete every entry")
+    cache.add_argument("--json", action="store_true", help="print JSON instead of text")
     from cortex.tuning import cli as tune_cli
 
     tune_cli.add_parser(commands)
@@ -137,6 +155,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         from cortex.plugins.cpu_llvm.demo import run_demo
 
         run_demo(target=args.target, hidden=args.hidden)
+        return 0
+    if args.command == "cache":
+        from cortex.core.diskcache import report
+
+        found = report(clear=args.clear)
+        print(json.dumps(found, indent=2) if args.json else format_cache(found))
         return 0
     if args.command == "tune":
         return tune_cli.run(args)

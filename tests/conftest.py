@@ -1,4 +1,5 @@
-"""Shared fixtures: a clean plugin system per test, and temporary plugin distributions.
+"""Shared fixtures: a private disk cache for the session, a clean plugin system per test, and
+temporary plugin distributions.
 
 ``clean_plugins`` forgets the process-wide plugins before and after a test and clears the
 plugin environment switches, so tests that register plugins or set switches cannot leak into
@@ -22,6 +23,23 @@ from typing import Callable
 import pytest
 
 PLUGIN_SAMPLES = Path(__file__).parent / "plugins"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_cache_dir(tmp_path_factory: pytest.TempPathFactory):
+    """The disk cache (cortex.core.diskcache) of this test session: a fresh private directory,
+    never the user's; compiles within the session share it, as a user's processes would."""
+    import os
+
+    old = {k: os.environ.get(k) for k in ("CORTEX_CACHE_DIR", "CORTEX_CACHE")}
+    os.environ["CORTEX_CACHE_DIR"] = str(tmp_path_factory.mktemp("cortex-cache"))
+    os.environ.pop("CORTEX_CACHE", None)
+    yield
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
 
 
 def pytest_configure(config: pytest.Config) -> None:

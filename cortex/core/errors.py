@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
+import numpy as np
+
 
 class CortexError(Exception):
     """Base class of every error Cortex raises on purpose."""
@@ -70,6 +72,31 @@ class PluginError(CortexError):
 
 class PluginWarning(UserWarning):
     """Warned (not raised) when one plugin fails, so the other plugins keep working."""
+
+
+class InvalidArgumentError(CortexError, ValueError):
+    """An argument of a public function or constructor has a value it does not allow (the
+    message names the argument, the value and what is allowed)."""
+
+
+class ArgumentTypeError(InvalidArgumentError, TypeError):
+    """An argument of the wrong type: a float, a string or a bool where an int belongs, ..."""
+
+
+def int_arg(owner: str, name: str, value: object, *, minimum: int = 1,
+            maximum: int | None = None, error: type[Exception] = InvalidArgumentError,
+            type_error: type[Exception] = ArgumentTypeError) -> int:
+    """``value`` as an ``int`` when it is a Python or NumPy integer (not a bool) within
+    ``[minimum, maximum]``; else ``type_error`` / ``error`` (by default
+    :class:`ArgumentTypeError` / :class:`InvalidArgumentError`) naming ``owner``'s argument
+    ``name``. Never truncates: ``1.5`` and ``"8"`` are refused, not read as 1 and 8."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise type_error(f"{owner}: {name} must be an int, got {type(value).__name__} {value!r}")
+    v = int(value)
+    if v < minimum or (maximum is not None and v > maximum):
+        allowed = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
+        raise error(f"{owner}: {name} must be an int {allowed}, got {v}")
+    return v
 
 
 class NotYetImplementedError(CortexError, NotImplementedError):

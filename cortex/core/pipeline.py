@@ -21,13 +21,21 @@ passes, while the main thread lowers, renders and compiles; it is joined before 
 is made, and its error, if any, is raised as is. The weight layouts are applied after that. The backend is created and the schedule resolved first,
 so a target without a code generator or an illegal schedule fails before any tracing.
 
+The graph passes with the lowering (stages 02-04) and the rendering (05) are read from the
+disk cache when a process compiled the same thing before (:mod:`cortex.core.stage_cache`), and
+the backends keep what they compile there too (:mod:`cortex.core.diskcache`); :func:`build`
+records every entry it read or wrote, with the recipe (:mod:`cortex.core.persist`), so the
+executable can be saved and pickled.
+
 The schedule (``schedule=``) is ``"auto"`` by default: the best matching tuning record's
-(``cortex.tuning.records.auto_schedule``: same graph after passes, target, device and dtype; the
-workload class named by ``workload=``, else the nearest or newest), found once the graph
-passes have run, else the target's ``ScheduleSpace(capabilities, dtype).default()``.
-``"default"`` takes the default rules without reading any record; a
+(``cortex.tuning.records.auto_schedule``: the same traced graph, graph passes and table limit,
+target, device and dtype; the workload class named by ``workload=``, else the nearest or the
+newest), else the target's ``ScheduleSpace(capabilities, dtype).default()``. ``"default"``
+takes the default rules without reading any record; a
 :class:`~cortex.core.lowering.schedule.Schedule`, a dict of knobs overriding the default, or its
-JSON is used as given. The executable's ``schedule_source`` says which it was and why.
+JSON is used as given. The executable's ``schedule_source`` says which it was and why, and its
+recipe (what saving it keeps) holds the schedule as compiled, so a loaded executable runs the
+same program whatever records the loading machine has.
 
 The *unscheduled* program of stage 03 is the same lowering with every loop-shaping knob at
 its neutral value (no tiling, scalar, no unrolling, row-major weights, not persistent; the
@@ -44,6 +52,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import weakref
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
@@ -251,9 +260,15 @@ class _Dumper:
     def __bool__(self) -> bool:
         return self.directory is not None
 
-    def write(self, stage: str, text: str | bytes, extension: str = "") -> None:
+    def write(self, stage: str, text: Any, extension: str = "") -> None:
+        """Write ``text`` (``str``/``bytes``; anything else is printed with ``str``, a callable
+        is called first): only when dumping, so a compile never prints what it does not write."""
         if self.directory is None:
             return
+        if callable(text):
+            text = text()
+        if not isinstance(text, (str, bytes)):
+            text = str(text)
         path = self.directory / (STAGE_FILES[stage] + extension)
         if isinstance(text, bytes):
             path.write_bytes(text)
@@ -272,7 +287,9 @@ class Built:
     artifact: Any
     prepared: Mapping[str, np.ndarray] | None  # the prepared params; None when not asked for
     tables: "TokenTables | None" = None  # fills the prepared token tables' rows on first use
+    snapshot: Mapping[str, np.ndarray] | None = None  # read-only copies of the model's params
     schedule_source: str = ""  # which schedule this is and why (tuning record, default, given)
+    graph_fingerprint: str | None = None  # what tuning records of this compile are keyed by
 
 
 def build_artifact(model: Any, target: "Target", target_options: Mapping[str, Any],
@@ -287,11 +304,13 @@ def build_artifact(model: Any, target: "Target", target_options: Mapping[str, An
     if not isinstance(model, Model):
         raise TypeError(f"cortex.compile takes a cortex model (a cortex.core.frontend.model.Model such as "
                         f"cortex.models.TreeLSTM(...)), not {type(model).__name__}")
+    from cortex.core import stage_cache
     from cortex.core.frontend.trace import trace
     from cortex.core.lowering.lower import lower
     from cortex.core.lowering.schedule import ScheduleError, ScheduleSpace
     from cortex.core.passes.pipeline import DEFAULT_PASSES, run_passes, with_table_limit
     from cortex.core.plugin.backend import HostRuntime
+    from cortex.tuning.fingerprint import graph_fingerprint
     dtype = options.dtype or model.dtype
     dump = _Dumper(options.dump)
 
@@ -304,9 +323,9 @@ def build_artifact(model: Any, target: "Target", target_options: Mapping[str, An
     table_mib = options.max_table_mib
     if table_mib is None and deferred:
         table_mib = ON_USE_TABLE_MIB
-    passes = DEFAULT_PASSES if options.passes is None else options.passes
-    if table_mib is not None:
-        passes = with_table_limit(passes, int(table_mib * 2**20) // np.dtype(dtype).itemsize)
+    given = DEFAULT_PASSES if options.passes is None else options.passes
+    table_elements = int(table_mib * 2**20) // np.dtype(dtype).itemsize if table_mib is not None else None
+    passes = given if table_elements is None else with_table_limit(given, table_elements)
     try:
         space = ScheduleSpace(caps, dtype)
     except ScheduleError as e:
@@ -318,18 +337,22 @@ def build_artifact(model: Any, target: "Target", target_options: Mapping[str, An
                           else "given by the caller")
 
     traced = trace(model)
-    dump.write("graph", str(traced))
-    graph = run_passes(traced, passes)
+    dump.write("graph", traced)
+    fingerprint = graph_fingerprint(traced, given, table_elements)  # tuning records' key
+    if auto:
+        schedule, source_of_schedule = _recorded_schedule(fingerprint, target, target_options,
+                                                          backend, space, options.workload)
+    # a second process finds the passes' graph and the scheduled program in the disk cache
+    lowered_key = stage_cache.lowered_key(traced, given, table_elements, schedule, caps, dtype)
+    lowered = stage_cache.load_lowered(lowered_key)
+    graph = lowered.graph if lowered is not None else run_passes(traced, passes)
     # The params' tables (derived params: big matmuls and elementwise passes in NumPy, which
     # release the GIL) need only the graph: a worker thread computes them while the main thread
     # lowers, renders and compiles; their weight layouts are applied once the program is known.
-    bound = _Worker(_bind, graph, model.params, dtype, deferred) if prepare_params else None
+    bound = _Worker(_bind_and_snapshot, graph, model.params, dtype, deferred) if prepare_params else None
     try:
-        if auto:
-            schedule, source_of_schedule = _recorded_schedule(graph, target, target_options,
-                                                              backend, space, options.workload)
-        dump.write("graph_passes", str(graph))
-        dump.write("options", json.dumps({
+        dump.write("graph_passes", graph)
+        dump.write("options", lambda: json.dumps({
             "target": target.name, "target_options": dict(target_options), "dtype": dtype,
             "schedule": schedule.to_dict(), "schedule_source": source_of_schedule,
             "passes": [p.__name__ for p in passes],
@@ -338,27 +361,37 @@ def build_artifact(model: Any, target: "Target", target_options: Mapping[str, An
         if dump:
             dump.write("loops", str(lower(graph, neutral_schedule(schedule), caps, dtype).program))
 
-        lowered = lower(graph, schedule, caps, dtype)  # verified against caps by lower itself
-        dump.write("loops_scheduled", str(lowered.program))
-        source = backend.renderer.render(lowered.program)
+        if lowered is None:
+            lowered = lower(graph, schedule, caps, dtype)  # verified against caps by lower itself
+            stage_cache.store_lowered(lowered_key, lowered)
+        dump.write("loops_scheduled", lowered.program)
+        source, _ = stage_cache.render(backend.renderer, lowered.program)
         dump.write("source", source, source_extension(backend, source))
         key = backend.compiler.cache_key(source, target_options)
         artifact = backend.compiler.compile(source, target_options)
-        prepared, tables = _prepare(lowered, bound.result()) if bound is not None else (None, None)
+        table, tables, snapshot = bound.result() if bound is not None else (None, None, None)
+        prepared, tables = _prepare(lowered, (table, tables)) if bound is not None else (None, None)
     finally:
         if bound is not None:
             bound.join()  # never leave the worker running, whatever happened here
-    return Built(lowered, backend, source, key, artifact, prepared, tables, source_of_schedule)
+    return Built(lowered, backend, source, key, artifact, prepared, tables, snapshot,
+                 source_of_schedule, fingerprint)
 
 
-def _recorded_schedule(graph: "RecursiveGraph", target: "Target", target_options: Mapping[str, Any],
+def _recorded_schedule(fingerprint: str | None, target: "Target", target_options: Mapping[str, Any],
                        backend: "Backend", space: "ScheduleSpace", workload: str | None
                        ) -> tuple["Schedule", str]:
     """``schedule="auto"``: the best matching tuning record's schedule, else the default
     (``cortex.tuning.records.auto_schedule``; reading them imports only sqlite3)."""
     from cortex.tuning.records import auto_schedule
 
-    return auto_schedule(graph, target.name, target_options, backend, space, workload)
+    return auto_schedule(fingerprint, target.name, target_options, backend, space, workload)
+
+
+def _bind_and_snapshot(graph: "RecursiveGraph", params: Mapping[str, np.ndarray], dtype: str,
+                       deferred: bool) -> tuple[Any, Any, dict[str, np.ndarray]]:
+    """The worker's job: :func:`_bind`, and the params snapshot the executable keeps."""
+    return (*_bind(graph, params, dtype, deferred), params_snapshot(params))
 
 
 def _bind(graph: "RecursiveGraph", params: Mapping[str, np.ndarray], dtype: str,
@@ -387,14 +420,38 @@ def _prepare(lowered: "Lowered", bound: tuple[dict[str, np.ndarray], "TokenTable
 
 def build(model: Any, target: "Target", target_options: Mapping[str, Any],
           options: CompileOptions = CompileOptions()) -> "Executable":
-    """Run every stage for ``model`` on ``target`` and return the executable."""
+    """Run every stage for ``model`` on ``target`` and return the executable, with its recipe,
+    a snapshot of the params and the disk-cache entries the compile read or wrote (what
+    saving and pickling it carry: ``cortex.core.persist``)."""
+    from cortex.core import diskcache
+    from cortex.core.persist import recipe_of
     from cortex.core.runtime.executable import Executable
 
-    b = build_artifact(model, target, target_options, options)
-    return Executable(target=target.name, options=target_options, lowered=b.lowered,
-                      backend=b.backend, source=b.source, artifact=b.artifact,
-                      cache_key=b.cache_key, params=model.params, model_name=model.name,
-                      prepared=b.prepared, tables=b.tables, schedule_source=b.schedule_source)
+    with diskcache.recording() as entries:
+        b = build_artifact(model, target, target_options, options)
+    snapshot = b.snapshot if b.snapshot is not None else params_snapshot(model.params)
+    if options.schedule is None or options.schedule == "auto":
+        options = replace(options, schedule=b.lowered.schedule)  # a loaded copy runs the same
+    exe = Executable(target=target.name, options=target_options, lowered=b.lowered,
+                     backend=b.backend, source=b.source, artifact=b.artifact,
+                     cache_key=b.cache_key, params=model.params, model_name=model.name,
+                     prepared=b.prepared, tables=b.tables,
+                     recipe=recipe_of(model, target.name, target_options, options),
+                     snapshot=snapshot, cache_entries=tuple(entries),
+                     schedule_source=b.schedule_source, graph_fingerprint=b.graph_fingerprint)
+    model.__dict__.setdefault("_compiled", weakref.WeakSet()).add(exe)  # set_params warns
+    return exe
+
+
+def params_snapshot(params: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Read-only copies of ``params``: what an executable was compiled with (saved and pickled
+    with it), whatever happens to the model's arrays later."""
+    out = {}
+    for name, a in params.items():
+        c = np.array(a, copy=True, order="C")
+        c.setflags(write=False)
+        out[name] = c
+    return out
 
 
 class _Worker(threading.Thread):

@@ -8,10 +8,11 @@ Pipeline position: what users feed a compiled model. Everything here produces st
 from __future__ import annotations
 
 from ..core.linearize import (ArityError, ChildTable, CycleError, EdgeList, EmptyBatchError,
-                              FeatureError, Grid, IndexOverflowError, MixedInputError, Node,
-                              NodeIndexError, ParentArray, ParseError, RootError, Sequence,
-                              SExpr, StructureError, TokenError, Tree, UnsupportedInputError,
-                              cache_info, clear_cache, linearize, set_cache)
+                              FeatureError, Grid, IndexOverflowError, MemoryLimitError,
+                              MixedInputError, Node, NodeIndexError, ParentArray, ParseError,
+                              RootError, Sequence, SExpr, StructureError, TokenError, Tree,
+                              UnsupportedInputError, cache_info, clear_cache, limits, linearize,
+                              set_cache, set_limits)
 from .ast_trees import AST_NODE_TYPES, AST_VOCAB_SIZE, ast_tree
 from .examples import example_snippets, example_texts, example_vocab, examples
 from .ptb import read_ptb, sexpr_words
@@ -23,5 +24,6 @@ __all__ = [
     "Node", "Tree", "SExpr", "ParentArray", "ChildTable", "EdgeList", "Sequence", "Grid",
     "StructureError", "EmptyBatchError", "ParseError", "CycleError", "RootError",
     "NodeIndexError", "ArityError", "TokenError", "FeatureError", "MixedInputError",
-    "IndexOverflowError", "UnsupportedInputError", "set_cache", "clear_cache", "cache_info",
+    "IndexOverflowError", "MemoryLimitError", "UnsupportedInputError", "set_cache",
+    "clear_cache", "cache_info", "set_limits", "limits",
 ]

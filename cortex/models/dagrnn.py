@@ -5,7 +5,7 @@ Pipeline position: a zoo model (``cortex.models``); trace it with ``.trace()``.
 
 from __future__ import annotations
 
-from cortex.core.frontend.model import Model
+from cortex.core.frontend.model import Model, size_args
 
 
 class DAGRNN(Model):
@@ -26,6 +26,7 @@ class DAGRNN(Model):
     """
 
     def __init__(self, *, hidden: int, features: int, dtype="float32", seed: int = 0, **options) -> None:
+        hidden, features = size_args("DAGRNN", hidden=hidden, features=features)
         super().__init__(arity=None, dtype=dtype, seed=seed, **options)
         self.hidden = hidden
         self.add_feature_input("x", features)

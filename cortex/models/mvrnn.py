@@ -5,7 +5,7 @@ Pipeline position: a zoo model (``cortex.models``); trace it with ``.trace()``.
 
 from __future__ import annotations
 
-from cortex.core.frontend.model import Model
+from cortex.core.frontend.model import Model, size_args
 
 
 class MVRNN(Model):
@@ -27,6 +27,7 @@ class MVRNN(Model):
 
     def __init__(self, *, hidden: int, vocab: int, embed: int | None = None, dtype="float32",
                  seed: int = 0, **options) -> None:
+        hidden, vocab, embed = size_args("MVRNN", hidden=hidden, vocab=vocab, embed=embed)
         super().__init__(arity=2, dtype=dtype, seed=seed, **options)
         if embed not in (None, hidden):
             from cortex.core.frontend.model_errors import ModelDefinitionError

@@ -7,7 +7,7 @@ unidirectional), so weights load with ``cortex.core.frontend.params.load_torch_l
 
 from __future__ import annotations
 
-from cortex.core.frontend.model import Model
+from cortex.core.frontend.model import Model, size_args
 from cortex.models._common import declare_input, node_vector
 
 
@@ -30,6 +30,8 @@ class SeqLSTM(Model):
 
     def __init__(self, *, hidden: int, features: int | None = None, vocab: int | None = None,
                  embed: int | None = None, dtype="float32", seed: int = 0, **options) -> None:
+        hidden, features, vocab, embed = size_args(
+            "SeqLSTM", hidden=hidden, features=features, vocab=vocab, embed=embed)
         super().__init__(arity=1, dtype=dtype, seed=seed, **options)
         self.hidden = hidden
         self.input_size = declare_input(self, vocab=vocab, embed=embed, features=features)
@@ -73,6 +75,8 @@ class SeqGRU(Model):
 
     def __init__(self, *, hidden: int, features: int | None = None, vocab: int | None = None,
                  embed: int | None = None, dtype="float32", seed: int = 0, **options) -> None:
+        hidden, features, vocab, embed = size_args(
+            "SeqGRU", hidden=hidden, features=features, vocab=vocab, embed=embed)
         super().__init__(arity=1, dtype=dtype, seed=seed, **options)
         self.hidden = hidden
         self.input_size = declare_input(self, vocab=vocab, embed=embed, features=features)

@@ -5,7 +5,7 @@ Pipeline position: a zoo model (``cortex.models``); trace it with ``.trace()``.
 
 from __future__ import annotations
 
-from cortex.core.frontend.model import Model
+from cortex.core.frontend.model import Model, size_args
 from cortex.models._common import declare_input, node_vector, total
 
 
@@ -31,6 +31,8 @@ class TreeGRU(Model):
     def __init__(self, *, hidden: int, embed: int | None = None, vocab: int | None = None,
                  features: int | None = None, arity: int = 2, dtype="float32", seed: int = 0,
                  **options) -> None:
+        hidden, embed, vocab, features, arity = size_args(
+            "TreeGRU", hidden=hidden, embed=embed, vocab=vocab, features=features, arity=arity)
         super().__init__(arity=arity, dtype=dtype, seed=seed, **options)
         self.hidden = hidden
         d = declare_input(self, vocab=vocab, embed=embed, features=features)

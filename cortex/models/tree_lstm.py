@@ -5,7 +5,7 @@ Pipeline position: zoo models (``cortex.models``); trace them with ``.trace()``.
 
 from __future__ import annotations
 
-from cortex.core.frontend.model import Model
+from cortex.core.frontend.model import Model, size_args
 from cortex.models._common import declare_input, node_vector, total
 
 GATES = ("i", "o", "u")
@@ -37,6 +37,8 @@ class TreeLSTM(Model):
     def __init__(self, *, hidden: int, embed: int | None = None, vocab: int | None = None,
                  features: int | None = None, arity: int = 2, dtype="float32", seed: int = 0,
                  **options) -> None:
+        hidden, embed, vocab, features, arity = size_args(
+            "TreeLSTM", hidden=hidden, embed=embed, vocab=vocab, features=features, arity=arity)
         super().__init__(arity=arity, dtype=dtype, seed=seed, **options)
         self.hidden = hidden
         d = declare_input(self, vocab=vocab, embed=embed, features=features)
@@ -98,6 +100,8 @@ class ChildSumTreeLSTM(Model):
 
     def __init__(self, *, hidden: int, embed: int | None = None, vocab: int | None = None,
                  features: int | None = None, dtype="float32", seed: int = 0, **options) -> None:
+        hidden, embed, vocab, features = size_args(
+            "ChildSumTreeLSTM", hidden=hidden, embed=embed, vocab=vocab, features=features)
         super().__init__(arity=None, dtype=dtype, seed=seed, **options)
         self.hidden = hidden
         d = declare_input(self, vocab=vocab, embed=embed, features=features)

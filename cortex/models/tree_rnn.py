@@ -5,7 +5,7 @@ Pipeline position: a zoo model (``cortex.models``); trace it with ``.trace()``.
 
 from __future__ import annotations
 
-from cortex.core.frontend.model import Model
+from cortex.core.frontend.model import Model, size_args
 from cortex.core.frontend.model_errors import ModelDefinitionError
 from cortex.models._common import declare_input, node_vector
 
@@ -29,6 +29,8 @@ class TreeRNN(Model):
     def __init__(self, *, hidden: int, embed: int | None = None, vocab: int | None = None,
                  features: int | None = None, arity: int = 2, dtype="float32", seed: int = 0,
                  **options) -> None:
+        hidden, embed, vocab, features, arity = size_args(
+            "TreeRNN", hidden=hidden, embed=embed, vocab=vocab, features=features, arity=arity)
         super().__init__(arity=arity, dtype=dtype, seed=seed, **options)
         if vocab is not None and embed not in (None, hidden):
             raise ModelDefinitionError(f"TreeRNN: leaves are embeddings, so embed ({embed}) must equal hidden ({hidden})")

@@ -61,7 +61,7 @@ class BaselineInfo:
     seconds: float  # one pass over the workload, median of a few
     inner: int  # workload passes per timing sample
     capabilities: Any
-    graph_fingerprint: str
+    graph_fingerprint: str | None  # None: a graph pass without an import name
     device_fingerprint: str
     device_info: dict[str, Any]
 
@@ -92,7 +92,7 @@ class Measurer:
     def baseline(self) -> BaselineInfo:
         """Compile and check the default schedule (slot 0) and calibrate the timing sample."""
         from cortex.core.api import resolve_target
-        from cortex.tuning.fingerprint import device_description, device_fingerprint, graph_fingerprint
+        from cortex.tuning.fingerprint import device_description, device_fingerprint
 
         result = self.compile("default", slot=0)
         if not result.ok:
@@ -105,7 +105,7 @@ class Measurer:
         desc = device_description(resolved.name, options, exe.backend)
         return BaselineInfo(schedule=exe.schedule.to_dict(), compile_s=result.compile_s,
                             check_s=result.check_s, seconds=one, inner=self._inner, capabilities=exe.backend.capabilities,
-                            graph_fingerprint=graph_fingerprint(exe.graph),
+                            graph_fingerprint=exe.graph_fingerprint,
                             device_fingerprint=device_fingerprint(desc), device_info=desc)
 
     def compile(self, schedule: Any, slot: int | None = None) -> CompileResult:

@@ -6,8 +6,9 @@ through :func:`auto_schedule`. That read path imports nothing but ``sqlite3`` an
 nothing when no database exists, so a compile pays a few milliseconds for it.
 
 Where: ``$CORTEX_TUNE_DB`` (a file path) when set, else ``tuning/records.sqlite`` under the
-user cache directory (``$CORTEX_CACHE_DIR``, else ``platformdirs``' user cache directory for
-``cortex``, i.e. ``~/.cache/cortex`` on Linux).
+disk cache's root (:func:`cortex.core.diskcache.root`: ``$CORTEX_CACHE_DIR``, else
+``platformdirs``' user cache directory for ``cortex``, i.e. ``~/.cache/cortex`` on Linux).
+``CORTEX_CACHE=0`` turns off the compile caches, not the records.
 
 Keys (:class:`RecordKey`): the graph fingerprint and the device fingerprint
 (:mod:`cortex.tuning.fingerprint`), the target's name, the dtype and the workload class
@@ -37,7 +38,6 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 ENV_DB = "CORTEX_TUNE_DB"
-ENV_CACHE_DIR = "CORTEX_CACHE_DIR"
 SCHEMA_VERSION = 1
 JSONL_FORMAT = "cortex-tuning-record"
 
@@ -144,25 +144,14 @@ class Trial:
     session: str = ""
 
 
-def cache_root() -> Path:
-    """``$CORTEX_CACHE_DIR``, else the user cache directory for ``cortex``."""
-    given = os.environ.get(ENV_CACHE_DIR)
-    if given:
-        return Path(given).expanduser()
-    try:
-        from platformdirs import user_cache_dir
-    except ImportError:  # the XDG rule platformdirs follows on Linux
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        return Path(base) / "cortex"
-    return Path(user_cache_dir("cortex", appauthor=False))
-
-
 def db_path() -> Path:
     """The records database: ``$CORTEX_TUNE_DB``, else ``<cache root>/tuning/records.sqlite``."""
+    from cortex.core.diskcache import root
+
     given = os.environ.get(ENV_DB)
     if given:
         return Path(given).expanduser()
-    return cache_root() / "tuning" / "records.sqlite"
+    return root() / "tuning" / "records.sqlite"
 
 
 def _damaged(e: sqlite3.Error) -> bool:
@@ -375,19 +364,22 @@ def _record(row: tuple, columns: list[str]) -> Record:
 # ---- the compile's read path ---------------------------------------------------------------
 
 
-def auto_schedule(graph: Any, target: str, options: Mapping[str, Any], backend: Any, space: Any,
-                  workload: str | None = None) -> tuple[Any, str]:
-    """``(schedule, why)`` for ``schedule="auto"``: the best matching record's schedule
-    (validated against ``space``; knobs the record lacks keep their defaults), else the
-    space's default. Never raises for a missing, busy or damaged database: that falls back to
-    the default rules (a damaged one is rebuilt with a :class:`TuningRecordsWarning`)."""
+def auto_schedule(graph: str | None, target: str, options: Mapping[str, Any], backend: Any,
+                  space: Any, workload: str | None = None) -> tuple[Any, str]:
+    """``(schedule, why)`` for ``schedule="auto"`` and a graph fingerprint: the best matching
+    record's schedule (validated against ``space``; knobs the record lacks keep their
+    defaults), else the space's default. Never raises for a missing, busy or damaged
+    database: that falls back to the default rules (a damaged one is rebuilt with a
+    :class:`TuningRecordsWarning`)."""
     from cortex.core.lowering.schedule import ScheduleError
-    from cortex.tuning.fingerprint import device_description, device_fingerprint, graph_fingerprint
+    from cortex.tuning.fingerprint import device_description, device_fingerprint
 
     default = space.default()
+    if graph is None:
+        return default, "default rules (a graph pass without an import name: no tuning records)"
     store = RecordStore()
     try:
-        found = store.best(graph_fingerprint(graph), target,
+        found = store.best(graph, target,
                            device_fingerprint(device_description(target, options, backend)),
                            space.dtype, workload)
     except sqlite3.Error as e:

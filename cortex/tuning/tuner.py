@@ -144,6 +144,10 @@ class _Session:
                  from_default: bool, db: RecordStore | None, store: bool, budget: Budget,
                  t0: float, progress: bool, model_name: str, compile_timeout: float | None) -> None:
         info = measurer.info
+        if info.graph_fingerprint is None:
+            raise ValueError("cannot tune a compile whose graph passes include one without an "
+                             "import name (a lambda, a function made in a function): its tuning "
+                             "records could never be matched")
         self.compile_timeout = compile_timeout or max(10.0, 4 * info.compile_s)
         self.m, self.wl, self.info, self.db, self.store = measurer, wl, info, db, store
         self.budget, self.t0, self.method, self.model_name = budget, t0, method, model_name

@@ -86,8 +86,10 @@ def test_dtype_defaults_to_the_models_and_can_be_overridden():
     check_against_reference(model, out32, rtol=1e-4, atol=1e-5)
 
 
-def test_compilation_happens_once_and_calls_never_recompile(monkeypatch):
+def test_compilation_happens_once_and_calls_never_recompile(monkeypatch, tmp_path):
     import cortex.core.lowering.lower as lower_module
+
+    monkeypatch.setenv("CORTEX_CACHE_DIR", str(tmp_path))  # no lowering from an earlier test
 
     counts = {"compile": 0, "lower": 0}
     real_compile, real_lower = IdentityCompiler.compile, lower_module.lower

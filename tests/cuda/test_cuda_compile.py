@@ -171,3 +171,17 @@ def test_nvcc_errors_show_the_log_and_the_numbered_source(backend):
         backend.compiler.compile("__global__ void k() { undefined_thing(); }\n", OPTIONS)
     with pytest.raises(TypeError, match="not bytes"):
         backend.compiler.compile(b"\x00", OPTIONS)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "planted"])
+def test_a_truncated_or_planted_cubin_is_not_returned(tmp_path, monkeypatch, damage):
+    """No nvcc needed: the disk cache's entries are checked (cortex.core.diskcache)."""
+    from cortex.plugins.cuda.compiler import Cubin, cache_dir
+
+    monkeypatch.setenv("CORTEX_CACHE_DIR", str(tmp_path / "cache"))
+    compiler = NvccCompiler()
+    compiler._store("k", Cubin(b"\x7fELF cubin image" * 50, "sm_90", "ptxas info: Used 32 registers"))
+    assert compiler._load("k", "sm_90").ptxas_log == "ptxas info: Used 32 registers"
+    entry = cache_dir() / "k.cubin"
+    entry.write_bytes(entry.read_bytes()[:-9] if damage == "truncated" else b"\x7fELF someone else's cubin")
+    assert compiler._load("k", "sm_90") is None and not entry.exists()

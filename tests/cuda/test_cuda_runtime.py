@@ -222,3 +222,20 @@ def test_blocks_hold_whole_lane_groups():
     got = prog.run(bufs, sizes)
     np.testing.assert_array_equal(got["h"], want["h"])
     assert {c.block for c in driver.launched if c.symbol.endswith("_level")} == {64}
+
+
+@pytest.mark.parametrize("buffer, value", [("child_ids", 10**8), ("child_ids", -1),
+                                           ("level_offsets", 10**6)])
+def test_run_refuses_index_buffers_outside_their_declared_range(buffer, value):
+    """``CompiledProgram.run`` takes raw host buffers: an index the kernel would dereference
+    out of bounds is refused on the host, before anything is uploaded or launched."""
+    from cortex.core.plugin.backend import IndexRangeError
+
+    p = PROGRAMS["tree_rnn_per_level"]()
+    prog, driver = compiled(p)
+    bufs, sizes, _ = case(p, seed=3)
+    bad = np.array(bufs[buffer])
+    bad[-1] = value
+    with pytest.raises(IndexRangeError, match=buffer):
+        prog.run({**bufs, buffer: bad}, sizes)
+    assert driver.syncs == 0  # nothing ran

@@ -303,13 +303,16 @@ def test_no_platform_is_a_clear_not_runnable_error(monkeypatch):
 # ------------------------------------------------------------------------------- errors
 
 
-def test_a_build_failure_shows_the_log_and_the_saved_source():
-    broken = "__kernel void k(__global float* x) { x[0] = undefined_name; }\n"
+def test_a_build_failure_shows_the_log_and_the_lines_it_names_and_leaves_no_file(tmp_path, monkeypatch):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where a leftover would land
+    broken = "// line 1\n__kernel void k(__global float* x) { x[0] = undefined_name; }\n"
     with pytest.raises(cl_compiler.OpenCLBuildError) as err:
         BACKEND.compiler.build(broken, "broken")
-    assert "undefined_name" in str(err.value) and err.value.source_path in str(err.value)
-    assert Path(err.value.source_path).read_text() == broken
-    os.unlink(err.value.source_path)
+    assert "undefined_name" in str(err.value) and err.value.source == broken
+    assert "    2  __kernel void k" in str(err.value)  # the line the log names, numbered
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_too_many_work_items_is_a_resource_error(monkeypatch):

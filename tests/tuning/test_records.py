@@ -13,7 +13,7 @@ import pytest
 
 import cortex
 from cortex.models import TreeRNN
-from cortex.tuning.fingerprint import device_description, device_fingerprint, graph_fingerprint
+from cortex.tuning.fingerprint import device_description, device_fingerprint
 from cortex.tuning.records import Record, RecordKey, RecordStore, Trial, TuningRecordsWarning
 
 pytest.importorskip("llvmlite", reason="these tests tune and compile on the llvm target (pip install '.[llvm]')")
@@ -46,7 +46,7 @@ def key(model: TreeRNN) -> RecordKey:
     exe = cortex.compile(model, target="llvm", schedule="default")
     resolved, options = cortex.resolve_target("llvm")
     desc = device_description("llvm", options, exe.backend)
-    return RecordKey(graph_fingerprint(exe.graph), "llvm", device_fingerprint(desc), "float32",
+    return RecordKey(exe.graph_fingerprint, "llvm", device_fingerprint(desc), "float32",
                      "b8-n32-parse")
 
 
@@ -116,7 +116,11 @@ def test_a_different_device_dtype_graph_or_target_does_not_match(db: Path, model
 
 
 def test_a_float64_compile_matches_only_a_float64_record(db: Path, model: TreeRNN, key: RecordKey) -> None:
-    RecordStore(db).put(_record(replace(key, dtype="float64")))
+    graph64 = cortex.compile(model, target="llvm", dtype="float64", schedule="default").graph_fingerprint
+    store = RecordStore(db)
+    store.put(_record(replace(key, graph=graph64, dtype="float32")))  # the float64 graph, float32
+    assert cortex.compile(model, target="llvm", dtype="float64").schedule.unroll == 1
+    store.put(_record(replace(key, graph=graph64, dtype="float64")))
     assert cortex.compile(model, target="llvm", dtype="float64").schedule.unroll == 2
     assert cortex.compile(model, target="llvm", dtype="float32").schedule.unroll == 1
 
@@ -179,3 +183,23 @@ def test_the_compile_path_imports_no_search_library(db: Path, key: RecordKey) ->
             "heavy = [m for m in ('sklearn', 'scipy', 'tqdm', 'cortex.tuning.search') if m in sys.modules]; "
             "assert not heavy, heavy")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+
+
+def test_a_saved_executable_keeps_the_tuned_schedule(db: Path, tmp_path: Path, model: TreeRNN,
+                                                     key: RecordKey, monkeypatch: pytest.MonkeyPatch) -> None:
+    RecordStore(db).put(_record(key))
+    exe = cortex.compile(model, target="llvm")
+    assert exe.schedule.unroll == 2
+    path = exe.save(tmp_path / "tuned.cortex")
+    monkeypatch.setenv("CORTEX_TUNE_DB", str(tmp_path / "empty.sqlite"))  # no record where it loads
+    loaded = cortex.load(path)
+    assert loaded.schedule == exe.schedule
+    assert loaded.schedule_source == "given by the caller"
+
+
+def test_a_pass_without_an_import_name_reads_no_records(db: Path, model: TreeRNN, key: RecordKey) -> None:
+    from cortex.core.passes.pipeline import DEFAULT_PASSES
+
+    RecordStore(db).put(_record(key))
+    exe = cortex.compile(model, target="llvm", passes=[lambda g: g, *DEFAULT_PASSES])
+    assert exe.graph_fingerprint is None and "without an import name" in exe.schedule_source

@@ -4,8 +4,11 @@ Pipeline position: the last two stages for target ``cc``.
 
 * renderer — ``cortex.core.render.c_family.render(program, "c")``; the source is a ``str`` that also
   carries what the call needs (entry symbol, buffer dtypes, counts);
-* compiler — ``cc -O2 -std=c11 -shared -fPIC`` into ``<cache>/<cache_key>.so`` (the cache
-  directory is ``$CORTEX_CC_CACHE`` or ``~/.cache/cortex-cc``), loaded once per key per process;
+* compiler — ``cc -O2 -std=c11 -shared -fPIC`` into a shared library kept in Cortex's disk
+  cache (``cortex.core.diskcache``: namespace ``cc``, or the directory ``$CORTEX_CC_CACHE``) as
+  ``<cache_key>.so``, an entry with a checksum in a private directory. A library is loaded
+  once per key per process, from a private copy of the checked entry (an entry that fails its
+  check is compiled again; nothing else under the cache directory is ever loaded);
 * runtime — host NumPy arrays are the device buffers; ``launch`` calls the program's
   ``<name>_run`` entry point (every buffer, then every size as a 32-bit int), which runs the
   whole recursion in one native call.
@@ -24,6 +27,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from cortex import Backend, Capabilities, Compiler, HostRuntime, Renderer
+from cortex.core.diskcache import DiskCache
 from cortex.core.render.c_family import entry_symbol, render
 
 NP_DTYPES = {"float32": np.float32, "float64": np.float64, "int32": np.int32}
@@ -84,8 +88,21 @@ class Library:
         self.fn(*[a.ctypes.data for a in args[:nb]], *[int(s) for s in args[nb:]])
 
 
+def cache() -> DiskCache:
+    """The shared libraries' cache: ``$CORTEX_CC_CACHE`` when set, else Cortex's ``cc`` namespace."""
+    return DiskCache("cc", directory=os.environ.get("CORTEX_CC_CACHE") or None, suffix=".so")
+
+
 def cache_dir() -> Path:
-    return Path(os.environ.get("CORTEX_CC_CACHE") or Path.home() / ".cache" / "cortex-cc")
+    return cache().path
+
+
+def load_library(image: bytes, source: CSource) -> Library:
+    """``image`` (a checked cache entry) loaded from a private copy, deleted once mapped."""
+    with tempfile.TemporaryDirectory(prefix="cortex-cc-") as tmp:  # 0700, ours alone
+        path = Path(tmp) / "program.so"
+        path.write_bytes(image)
+        return Library(path, source)
 
 
 class CCompiler(Compiler):
@@ -105,10 +122,10 @@ class CCompiler(Compiler):
         key = self.cache_key(source, options)
         if key in self.loaded:
             return self.loaded[key]
-        out = cache_dir() / f"{key}.so"
-        if not out.exists():
-            out.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+        store = cache()
+        image = store.get(key)
+        if image is None:
+            with tempfile.TemporaryDirectory(prefix="cortex-cc-") as tmp:
                 c_file, so_file = Path(tmp) / "program.c", Path(tmp) / "program.so"
                 c_file.write_text(source)
                 cmd = [self.cc, *self.flags(options), str(c_file), "-o", str(so_file), "-lm"]
@@ -116,8 +133,9 @@ class CCompiler(Compiler):
                 if done.returncode != 0:
                     raise CCompileError(f"{' '.join(cmd)} failed:\n{done.stderr.strip()}")
                 self.builds += 1
-                os.replace(so_file, out)  # atomic: concurrent processes never see half a file
-        self.loaded[key] = Library(out, source)
+                image = so_file.read_bytes()
+            store.put(key, image)  # atomic, with a checksum
+        self.loaded[key] = load_library(image, source)
         return self.loaded[key]
 
 

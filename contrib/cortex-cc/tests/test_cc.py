@@ -58,6 +58,19 @@ def test_shared_libraries_are_cached_by_cache_key(cc, tmp_path):
     np.testing.assert_array_equal(first([(1, 2)]).root("h"), again([(1, 2)]).root("h"))
 
 
+def test_a_damaged_or_planted_library_is_rebuilt_not_loaded(cc, tmp_path):
+    from cortex.models import TreeRNN
+
+    model = TreeRNN(hidden=4, vocab=11, seed=2)
+    entry = tmp_path / "cache" / f"{cortex.compile(model, target='cc').cache_key}.so"
+    good = entry.read_bytes()
+    for bad in (good[: len(good) // 2], b"\x7fELF planted by someone else" + good[40:]):
+        entry.write_bytes(bad)
+        again = cortex.compile(model, target="cc")
+        assert again.backend.compiler.builds == 1  # compiled again, the bad entry replaced
+        assert entry.read_bytes() == good
+
+
 def test_compiler_errors_and_bad_arguments_are_reported(cc):
     from cortex_cc.backend import CCompileError, CSource, create_backend
     from cortex.models import TreeRNN
@@ -76,3 +89,43 @@ def test_compiler_errors_and_bad_arguments_are_reported(cc):
     args = [np.zeros(3, np.float64) for _ in exe.artifact.dtypes] + [0] * exe.artifact.num_sizes
     with pytest.raises(TypeError, match="C-contiguous"):
         exe.artifact(tuple(args))
+
+
+def test_a_batch_that_would_read_out_of_bounds_is_refused_before_the_native_call(tmp_path):
+    """``exe.run(batch)`` validates any batch the linearizer did not make: a child id outside
+    the batch would make the generated C read out of bounds. In a subprocess, where a crash
+    is an exit status rather than the end of the test run."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import dataclasses, json
+        import numpy as np
+        import cortex, cortex_cc
+        from cortex.core.plugin import loader as plugins
+        from cortex.models import TreeLSTM
+
+        plugins.register_plugin(cortex_cc, "cortex_cc")
+        exe = cortex.compile(TreeLSTM(hidden=4, embed=3, vocab=10), target="cc")
+        batch = exe.linearize([((1, 2), 3)])
+        out = {}
+        for child in (5, 100_000_000):
+            ids, table = np.array(batch.child_ids), np.array(batch.child_table)
+            table[table == ids[0]] = child
+            ids[0] = child
+            try:
+                exe.run(dataclasses.replace(batch, child_ids=ids, child_table=table))
+                out[child] = "ran"
+            except cortex.CortexError as e:
+                out[child] = type(e).__name__
+        print(json.dumps(out))
+    """)
+    env = {**os.environ, "CORTEX_CC_CACHE": str(tmp_path / "cache"),
+           "CORTEX_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert done.returncode == 0, f"exit status {done.returncode}:\n{done.stderr}"
+    assert json.loads(done.stdout) == {"5": "InvariantError", "100000000": "InvariantError"}

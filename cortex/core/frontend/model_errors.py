@@ -7,8 +7,10 @@ trace time with the model, the case and the offending op named in the message.
 
 from __future__ import annotations
 
+from cortex.core.errors import CortexError
 
-class TraceError(ValueError):
+
+class TraceError(CortexError, ValueError):
     """A model's case could not be traced: shape mismatch, unknown op, arity misuse, ..."""
 
     def __init__(self, message: str, *, model: str = "?", case: str = "?", op: str | None = None):
@@ -19,10 +21,14 @@ class TraceError(ValueError):
         super().__init__(f"{where}: {message}")
 
 
-class ModelDefinitionError(ValueError):
+class ModelDefinitionError(CortexError, ValueError):
     """A model declares something inconsistent (duplicate names, bad shapes or dtypes)."""
 
 
-class ParamError(ValueError):
+class ModelArgumentTypeError(ModelDefinitionError, TypeError):
+    """A model argument of the wrong type: a float, a string or a bool where a size belongs."""
+
+
+class ParamError(CortexError, ValueError):
     """Parameters given, loaded or imported don't match the model (missing/extra names,
     shapes, dtypes, an unsupported PyTorch module layout)."""

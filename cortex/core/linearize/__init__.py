@@ -11,7 +11,9 @@ latency path. One module per job:
 * ``fast``     -- the fused whole-batch paths for plain parent arrays / child tables and
                 for nested tuples/lists of int tokens;
 * ``assemble`` -- batch-wide validation and level numbering in NumPy;
-* ``cache``    -- LRU caches for structures seen before;
+* ``cache``    -- LRU caches for structures seen before, bounded in entries and bytes;
+* ``limits``   -- the int32 index range and the memory budget every input is checked against
+                from its sizes, before anything is allocated for it;
 * ``errors``   -- the ``ValueError`` subclasses, each naming the input index and the node.
 
 Usage::
@@ -28,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import int_arg
 from .structure import LinearizedBatch
 from . import cache as _cache
 from . import fast as _fast
@@ -36,9 +39,10 @@ from .assemble import MAX_INDEX, MAX_TABLE_ENTRIES, Origin, assemble
 from .ast_types import AST_NODE_TYPES, AST_TYPE_IDS, AST_UNKNOWN, AST_VOCAB_SIZE, ast_type_id
 from .cache import cache_info, clear_cache, set_cache
 from .errors import (ArityError, CycleError, EmptyBatchError, FeatureError, IndexOverflowError,
-                     MixedInputError, NodeIndexError, ParseError, RootError, StructureError,
+                     MemoryLimitError, MixedInputError, NodeIndexError, ParseError, RootError, StructureError,
                      TokenError, UnsupportedInputError)
 from .forms import ChildTable, EdgeList, Grid, Node, ParentArray, Sequence, SExpr, Tree
+from .limits import limits, set_limits
 from .nested import flatten_nested
 from .parts import Part
 from .sexpr import parse_sexpr
@@ -49,8 +53,9 @@ __all__ = [
     "Node", "Tree", "SExpr", "ParentArray", "ChildTable", "EdgeList", "Sequence", "Grid",
     "StructureError", "EmptyBatchError", "ParseError", "CycleError", "RootError",
     "NodeIndexError", "ArityError", "TokenError", "FeatureError", "MixedInputError",
-    "IndexOverflowError", "UnsupportedInputError",
-    "set_cache", "clear_cache", "cache_info", "MAX_INDEX", "MAX_TABLE_ENTRIES",
+    "IndexOverflowError", "MemoryLimitError", "UnsupportedInputError",
+    "set_cache", "clear_cache", "cache_info", "set_limits", "limits", "MAX_INDEX",
+    "MAX_TABLE_ENTRIES",
     "AST_NODE_TYPES", "AST_TYPE_IDS", "AST_UNKNOWN", "AST_VOCAB_SIZE", "ast_type_id",
 ]
 
@@ -64,7 +69,7 @@ def _sexpr_part(text: str, vocab: Any, label_vocab: Any, index: int, key: Any) -
             return part
     part = parse_sexpr(text, vocab, label_vocab, index)
     if key is not None:
-        _cache.STATE.sexprs.put(key, part)
+        _cache.STATE.sexprs.put(key, part, _cache.key_size(key) + _cache.nbytes(part))
     return part
 
 
@@ -119,7 +124,8 @@ def _read_sst_strings(items: list[Any], vocab: Any, keys: list[Any]) -> list[Par
             for i, part in zip(pending, got):
                 parts[i] = part
                 if keys[i] is not None:
-                    _cache.STATE.sexprs.put(keys[i], part)
+                    _cache.STATE.sexprs.put(keys[i], part,
+                                            _cache.key_size(keys[i]) + _cache.nbytes(part))
     return parts
 
 
@@ -134,6 +140,9 @@ def linearize(structures: Any, *, arity: int | None = None, vocab_size: int | No
     ``cache=False`` bypasses the caches for this call. Raises a :class:`StructureError`
     (a ``ValueError``) naming the input index and node for any input that is not safe.
     """
+    for name, v in (("arity", arity), ("vocab_size", vocab_size), ("feature_dim", feature_dim)):
+        if v is not None and (type(v) is not int or v < 1):
+            int_arg("linearize", name, v)  # raises unless a NumPy int >= 1
     items = structures if type(structures) is list else [structures]
     if not items:
         raise EmptyBatchError("empty batch: give at least one structure")
@@ -168,6 +177,8 @@ def linearize(structures: Any, *, arity: int | None = None, vocab_size: int | No
         parts = [p if p is not None else read_part(x, vocab, i, keys[i])
                  for i, (x, p) in enumerate(zip(items, parts))]
         out = assemble(parts, arity=arity, vocab_size=vocab_size, feature_dim=feature_dim)
-    if bkey is not None and _cache.key_size(bkey) <= _cache.MAX_KEY_BYTES:
-        _cache.STATE.batches.put(bkey, out)
+    if bkey is not None:
+        size = _cache.key_size(bkey)
+        if size <= _cache.MAX_KEY_BYTES:
+            _cache.STATE.batches.put(bkey, out, size + _cache.nbytes(out))
     return out

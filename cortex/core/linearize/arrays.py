@@ -2,24 +2,44 @@
 
 Pipeline position: ``linearize`` calls :func:`array_part` for each wrapped array input. These
 readers only convert and reshape (a handful of NumPy calls per input, no per-node Python);
-index ranges, roots and cycles are checked once for the whole batch in ``assemble``.
+index ranges, roots and cycles are checked once for the whole batch in ``assemble``. Each
+reader checks the input's size against ``limits`` first, from its length or its declared
+counts (``Grid.rows``/``cols``, ``EdgeList.num_nodes``), before it converts or builds anything.
 """
 
 from __future__ import annotations
-
-import functools
 
 from typing import Any
 
 import numpy as np
 
-from . import forms
+from . import cache, forms
 from .errors import (EmptyBatchError, FeatureError, MixedInputError, NodeIndexError,
                      TokenError, UnsupportedInputError)
+from .limits import check_size
 from .parts import GridKeys, Part, id_key
-from .tokens import int_array, resolve_words, to_int64
+from .tokens import as_array, int_array, resolve_words, to_int64
 
 _INT64_MAX = 2**63 - 1
+
+
+def _length(x: Any) -> int:
+    """``len(x)`` of a sized field before any conversion (0 when it has none)."""
+    try:
+        return len(x)
+    except TypeError:
+        return 0
+
+
+def _values(x: Any) -> int:
+    """How many values an array field holds when it is already an array (else 0)."""
+    return x.size if isinstance(x, np.ndarray) else 0
+
+
+def _positive_count(what: str, v: Any, index: int) -> int:
+    if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
+        raise EmptyBatchError(f"{what} must be a positive int, got {v!r}", input_index=index)
+    return int(v)
 
 
 def _words(words: Any, n: int, vocab: Any, index: int, what: str = "words") -> np.ndarray | None:
@@ -29,7 +49,7 @@ def _words(words: Any, n: int, vocab: Any, index: int, what: str = "words") -> n
         if len(words) != n:
             raise TokenError(f"{what} has {len(words)} entries for {n} nodes", input_index=index)
         return resolve_words(list(words), vocab, id_key, index)
-    arr = np.asarray(words)
+    arr = as_array(words, what, index)
     if arr.dtype.kind in "US" or arr.dtype == object:
         lst = arr.reshape(-1).tolist()
         if len(lst) != n:
@@ -73,9 +93,11 @@ def _labels(labels: Any, n: int, index: int) -> np.ndarray | None:
 
 def _parent_array(x: forms.ParentArray, vocab: Any, index: int) -> Part:
     par = x.parents
+    n = _length(par)
+    check_size(n, n, _values(x.features), what="this parent array", input_index=index)
     if type(par) is np.ndarray and par.ndim == 1 and par.dtype.kind == "i" \
-            and x.words is None and x.features is None and x.labels is None and len(par):
-        return Part(len(par), par, None, None, None, None, id_key)  # the common, fast case
+            and x.words is None and x.features is None and x.labels is None and n:
+        return Part(n, par, None, None, None, None, id_key)  # the common, fast case
     par = int_array(par, "parents", index, 1)
     n = len(par)
     if n == 0:
@@ -85,8 +107,11 @@ def _parent_array(x: forms.ParentArray, vocab: Any, index: int) -> Part:
 
 
 def _child_table(x: forms.ChildTable, vocab: Any, index: int) -> Part:
+    check_size(_length(x.table), _values(x.table), _values(x.features),
+               what="this child table", input_index=index)
     tbl = int_array(x.table, "child table", index, 2)
     n = tbl.shape[0]
+    check_size(n, tbl.size, what="this child table", input_index=index)
     if n == 0:
         raise EmptyBatchError("child table has no node", input_index=index)
     tbl = to_int64(tbl, n)
@@ -109,11 +134,10 @@ def _child_table(x: forms.ChildTable, vocab: Any, index: int) -> Part:
 
 
 def _edge_list(x: forms.EdgeList, vocab: Any, index: int) -> Part:
-    n = x.num_nodes
-    if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 1:
-        raise EmptyBatchError(f"num_nodes must be a positive int, got {n!r}", input_index=index)
-    n = int(n)
-    e = np.asarray(x.edges)
+    n = _positive_count("num_nodes", x.num_nodes, index)
+    check_size(n, _length(x.edges), _values(x.features), what="this edge list",
+               input_index=index)
+    e = as_array(x.edges, "edges", index)
     if e.size == 0:
         e = np.zeros((0, 2), dtype=np.int64)
     e = int_array(e, "edges", index, 2)
@@ -133,6 +157,8 @@ def _chain(n: int) -> np.ndarray:
 
 def _sequence(x: forms.Sequence, vocab: Any, index: int) -> Part:
     items = x.items
+    check_size(_length(items), _length(items), _values(items), what="this sequence",
+               input_index=index)
     if isinstance(items, (list, tuple)) and items:
         kinds = {type(t) for t in items}
         if str in kinds and len(kinds) > 1:
@@ -142,7 +168,7 @@ def _sequence(x: forms.Sequence, vocab: Any, index: int) -> Part:
     if arr is None:
         try:
             arr = np.asarray(items)
-        except ValueError as exc:
+        except (TypeError, ValueError, OverflowError) as exc:
             raise FeatureError(f"sequence items are ragged: {exc}", input_index=index) from None
     if arr.ndim == 0 or len(arr) == 0:
         raise EmptyBatchError("empty sequence", input_index=index)
@@ -165,23 +191,30 @@ def _sequence(x: forms.Sequence, vocab: Any, index: int) -> Part:
 
 
 def _grid(x: forms.Grid, vocab: Any, index: int) -> Part:
-    rows, cols = x.rows, x.cols
-    for name, v in (("rows", rows), ("cols", cols)):
-        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
-            raise EmptyBatchError(f"grid {name} must be a positive int, got {v!r}",
-                                  input_index=index)
-    rows, cols = int(rows), int(cols)
-    n = rows * cols
-    ep, ec, height = _grid_structure(rows, cols)
+    rows = _positive_count("grid rows", x.rows, index)
+    cols = _positive_count("grid cols", x.cols, index)
+    n = rows * cols  # Python ints: a declared 2^62 x 4 is reported, never allocated
+    check_size(n, 2 * n, _values(x.features), what=f"this {rows} x {cols} grid",
+               input_index=index)
+    ep, ec, height = grid_structure(rows, cols)
     return Part(n, None, (ep, ec), _words(x.words, n, vocab, index),
                 _features(x.features, n, index), None, GridKeys(cols), trusted=True,
                 height=height)
 
 
-@functools.lru_cache(maxsize=64)
-def _grid_structure(rows: int, cols: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def grid_structure(rows: int, cols: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A grid's edges (each cell's up, then left predecessor) and heights, read-only: the same
-    for every grid of this shape, so a batch of same-sized grids builds them once."""
+    for every grid of this shape, so they are kept in the linearizer's grid cache (bounded in
+    bytes, cleared by ``clear_cache``, bypassed while caching is off)."""
+    key = (rows, cols)
+    got = cache.get_grid(key)
+    if got is None:
+        got = _build_grid(rows, cols)
+        cache.put_grid(key, got)
+    return got
+
+
+def _build_grid(rows: int, cols: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     ids = np.arange(rows * cols, dtype=np.int64)
     up = ids[cols:]
     left = ids[ids % cols != 0]

@@ -18,9 +18,11 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from ..errors import int_arg
 from .structure import INDEX_DTYPE, LinearizedBatch
 from .errors import (ArityError, CycleError, EmptyBatchError, FeatureError, IndexOverflowError,
                      MixedInputError, NodeIndexError, RootError, StructureError, TokenError)
+from .limits import check_size
 from .parts import Part
 
 MAX_INDEX = int(np.iinfo(INDEX_DTYPE).max)
@@ -200,8 +202,8 @@ def assemble(parts: list[Part], *, arity: int | None, vocab_size: int | None,
     nb = len(parts)
     if nb == 0:
         raise EmptyBatchError("empty batch: give at least one structure")
-    if arity is not None and (not isinstance(arity, (int, np.integer)) or arity < 1):
-        raise ValueError(f"arity must be a positive int, got {arity!r}")
+    if arity is not None:
+        int_arg("linearize", "arity", arity)
     size_list = [p.n for p in parts]
     start_list = [0]
     for size in size_list:
@@ -209,6 +211,8 @@ def assemble(parts: list[Part], *, arity: int | None, vocab_size: int | None,
     n = start_list[-1]
     if n > MAX_INDEX:
         raise IndexOverflowError(f"{n} nodes do not fit int32 indices; split the batch")
+    check_size(n, sum(p.n if p.parent is not None else len(p.edges[0]) for p in parts),
+               sum(p.features.size for p in parts if p.features is not None))
     starts = np.array(start_list)
     sizes = np.array(size_list)
     node_input = np.repeat(np.arange(nb), size_list)
@@ -298,7 +302,7 @@ def assemble(parts: list[Part], *, arity: int | None, vocab_size: int | None,
     if len(rows):  # flat scatter: row * width + position among the row's children
         table.ravel()[np.arange(len(rows)) + (rows * max_arity - child_offsets[rows])] = child_ids
     node_input_new = node_input[order]
-    return LinearizedBatch(
+    return LinearizedBatch._trusted(  # established above: sealed, validated once
         num_nodes=n,
         level_offsets=_frozen(level_offsets),
         child_offsets=_frozen(child_offsets),

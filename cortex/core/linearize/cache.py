@@ -1,4 +1,4 @@
-"""Caches for structures seen before, keyed cheaply and safely.
+"""Caches for structures seen before, keyed cheaply and safely, bounded in entries and bytes.
 
 Pipeline position: ``linearize`` looks a batch up here before reading its inputs. Keys hold the
 input itself, never a hash alone, so a collision can never return a wrong batch:
@@ -8,85 +8,152 @@ input itself, never a hash alone, so a collision can never return a wrong batch:
 * nested Python objects, ``ast`` trees and node objects are NOT cached (they are mutable and
   hashing them would cost a full walk anyway).
 
-Two LRU caches: whole batches (default 256 entries; batches whose key exceeds 1 MiB are not
-stored, and an input whose arrays alone exceed it is not even keyed) and parsed s-expressions (default 4096 entries). Returned batches have read-only arrays,
-so sharing them is safe. Switch off with ``set_cache(enabled=False)`` or per call with
-``linearize(..., cache=False)``.
+Three LRU caches, each bounded by a number of entries and by bytes (keys and values, counted
+from their arrays and strings; default 64 MiB each): whole batches (256 entries; batches whose
+key exceeds 1 MiB are not stored, and an input whose arrays alone exceed it is not even keyed),
+parsed s-expressions (4096) and grid structures by shape (64: the edges and heights every grid
+of one shape shares). Returned batches have read-only arrays, so sharing them is safe.
+``set_cache(enabled=False)`` empties every cache and stops filling them; ``clear_cache()``
+empties them; ``linearize(..., cache=False)`` bypasses the batch and s-expression caches for one
+call. These are the only caches the linearizer keeps.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections import OrderedDict
 from typing import Any
 
 import numpy as np
 
+from ..errors import int_arg
 from . import forms
 
 MAX_KEY_BYTES = 1 << 20
+DEFAULT_MAX_BYTES = 64 << 20
 
 
 class LRU:
-    def __init__(self, max_entries: int):
+    """Least recently used entries go first, when there are more than ``max_entries`` or
+    their sizes (given to :meth:`put`) add up to more than ``max_bytes``. Thread-safe."""
+
+    def __init__(self, max_entries: int, max_bytes: int = DEFAULT_MAX_BYTES):
         self.max_entries = max_entries
-        self.data: OrderedDict[Any, Any] = OrderedDict()
+        self.max_bytes = max_bytes
+        self.data: OrderedDict[Any, tuple[Any, int]] = OrderedDict()
+        self.bytes = 0
         self.hits = 0
         self.misses = 0
+        self._lock = threading.Lock()
 
     def get(self, key: Any) -> Any:
-        try:
-            value = self.data[key]
+        with self._lock:
+            got = self.data.get(key)
+            if got is None:
+                self.misses += 1
+                return None
             self.data.move_to_end(key)
-        except KeyError:  # absent (or evicted by another thread meanwhile)
-            self.misses += 1
-            return None
-        self.hits += 1
-        return value
+            self.hits += 1
+            return got[0]
 
-    def put(self, key: Any, value: Any) -> None:
-        self.data[key] = value
-        self.data.move_to_end(key)
-        while len(self.data) > self.max_entries:
-            try:
-                self.data.popitem(last=False)
-            except KeyError:  # emptied by another thread
-                break
+    def put(self, key: Any, value: Any, nbytes: int = 0) -> None:
+        """Store ``value`` (``nbytes``: its size with its key's); one larger than the whole
+        budget is not stored."""
+        if nbytes > self.max_bytes or self.max_entries < 1:
+            return
+        with self._lock:
+            old = self.data.pop(key, None)
+            if old is not None:
+                self.bytes -= old[1]
+            self.data[key] = (value, nbytes)
+            self.bytes += nbytes
+            while len(self.data) > self.max_entries or self.bytes > self.max_bytes:
+                self.bytes -= self.data.popitem(last=False)[1][1]
+
+    def clear(self) -> None:
+        with self._lock:
+            self.data.clear()
+            self.bytes = 0
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def info(self) -> dict[str, int]:
+        return {"size": len(self.data), "max": self.max_entries, "bytes": self.bytes,
+                "max_bytes": self.max_bytes, "hits": self.hits, "misses": self.misses}
 
 
 class _State:
     enabled = True
     batches = LRU(256)
     sexprs = LRU(4096)
+    grids = LRU(64)
 
 
 STATE = _State()
 
 
 def set_cache(enabled: bool = True, *, max_batches: int | None = None,
-              max_sexprs: int | None = None) -> None:
-    """Turn the linearizer caches on or off and set their sizes (entries)."""
+              max_sexprs: int | None = None, max_grids: int | None = None,
+              max_bytes: int | None = None) -> None:
+    """Turn the linearizer caches on or off (off also empties them) and set their bounds:
+    entries per cache, and ``max_bytes`` for each cache (keys and values)."""
+    for name, v in (("max_batches", max_batches), ("max_sexprs", max_sexprs),
+                    ("max_grids", max_grids), ("max_bytes", max_bytes)):
+        if v is not None:
+            int_arg("set_cache", name, v, minimum=0)
     STATE.enabled = bool(enabled)
-    if max_batches is not None:
-        STATE.batches = LRU(max_batches)
-    if max_sexprs is not None:
-        STATE.sexprs = LRU(max_sexprs)
+    for attr, entries in (("batches", max_batches), ("sexprs", max_sexprs),
+                          ("grids", max_grids)):
+        old = getattr(STATE, attr)
+        if entries is not None or max_bytes is not None:
+            setattr(STATE, attr, LRU(old.max_entries if entries is None else int(entries),
+                                     old.max_bytes if max_bytes is None else int(max_bytes)))
     if not enabled:
         clear_cache()
 
 
 def clear_cache() -> None:
-    STATE.batches.data.clear()
-    STATE.sexprs.data.clear()
+    """Empty every linearizer cache (batches, s-expressions, grid structures)."""
+    STATE.batches.clear()
+    STATE.sexprs.clear()
+    STATE.grids.clear()
 
 
 def cache_info() -> dict[str, Any]:
-    b, s = STATE.batches, STATE.sexprs
-    return {"enabled": STATE.enabled,
-            "batches": {"size": len(b.data), "max": b.max_entries, "hits": b.hits,
-                        "misses": b.misses},
-            "sexprs": {"size": len(s.data), "max": s.max_entries, "hits": s.hits,
-                       "misses": s.misses}}
+    return {"enabled": STATE.enabled, "batches": STATE.batches.info(),
+            "sexprs": STATE.sexprs.info(), "grids": STATE.grids.info()}
+
+
+def get_grid(key: tuple[int, int]) -> Any:
+    return STATE.grids.get(key) if STATE.enabled else None
+
+
+def put_grid(key: tuple[int, int], arrays: tuple[np.ndarray, ...]) -> None:
+    if STATE.enabled:
+        STATE.grids.put(key, arrays, sum(a.nbytes for a in arrays))
+
+
+def nbytes(value: Any, depth: int = 2) -> int:
+    """Bytes a cached value holds in arrays, strings and lists (a batch, a parsed part), looking
+    ``depth`` levels into objects' attributes (a batch's origin map, a part's keys): the
+    measure the byte bounds use. No per-element walk of long lists of scalars."""
+    if isinstance(value, np.ndarray):
+        return value.nbytes
+    if isinstance(value, (bytes, str)):
+        return len(value)
+    if isinstance(value, (list, tuple)):
+        size = 8 * len(value)
+        if depth and value and not isinstance(value[0], (int, float)):
+            size += sum(nbytes(v, depth - 1) for v in value)
+        return size
+    if depth == 0 or isinstance(value, (int, float, type(None))):
+        return 8
+    attrs = getattr(value, "__dict__", None)
+    if attrs is None:
+        attrs = {k: getattr(value, k, None) for k in getattr(type(value), "__slots__", ())}
+    return 64 + sum(nbytes(v, depth - 1) for v in attrs.values())
 
 
 def vocab_key(vocab: Any) -> Any:

@@ -1,17 +1,20 @@
 """Errors the linearizer raises for bad input, before any compiled code runs.
 
 Pipeline position: raised by ``cortex.core.linearize`` (and the ``cortex.data`` readers). Every
-error is a ``ValueError`` subclass carrying ``input_index`` (the input's index in the batch, or
-None for batch-level problems) and ``path`` (the node: a tree path like ``"root.1.0"``, a node id
-for array forms, ``(i, j)`` for grids), and its message names both so a person can find the node.
+error is a :class:`~cortex.core.errors.CortexError` and a ``ValueError`` subclass carrying
+``input_index`` (the input's index in the batch, or None for batch-level problems) and ``path``
+(the node: a tree path like ``"root.1.0"``, a node id for array forms, ``(i, j)`` for grids), and
+its message names both so a person can find the node.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from ..errors import CortexError
 
-class StructureError(ValueError):
+
+class StructureError(CortexError, ValueError):
     """Base class: an input structure cannot be linearized safely."""
 
     def __init__(self, message: str, *, input_index: int | None = None, path: Any = None):
@@ -64,6 +67,10 @@ class MixedInputError(StructureError):
 
 class IndexOverflowError(StructureError):
     """The batch does not fit int32 indices."""
+
+
+class MemoryLimitError(StructureError):
+    """The batch is larger than the linearizer's memory budget (``linearize.set_limits``)."""
 
 
 class UnsupportedInputError(StructureError, TypeError):

@@ -28,6 +28,7 @@ from .structure import INDEX_DTYPE, LinearizedBatch
 from . import forms
 from . import assemble as _asm
 from .assemble import Origin
+from .limits import check_size
 from .parts import PathKeys, id_key
 
 
@@ -239,6 +240,7 @@ def nested_batch(items: list[Any], arity: Any, vocab_size: Any) -> LinearizedBat
     codes = raw[::5]  # the type byte of every record
     if codes.translate(None, b"([i"):
         return None  # a record of another type: str, float, bool, None, a big int...
+    check_size(len(codes) - 1, len(codes) - 1)  # one record per node: before any array
     box = np.frombuffer(codes.translate(_BOX), np.bool_)  # containers
     val = np.frombuffer(raw, _RECORD)["val"].astype(np.intp)
     r = len(val)
@@ -437,6 +439,7 @@ def _starts(sizes: list[int]) -> np.ndarray | None:
     starts = [0, *accumulate(sizes)]
     if starts[-1] > _asm.MAX_INDEX:
         return None
+    check_size(starts[-1], starts[-1])  # trees: about one edge per node
     return np.array(starts, np.intp)
 
 
@@ -523,7 +526,7 @@ def _forest(jump: np.ndarray, root_pre: np.ndarray, sizes: list[int], starts: np
         words.setflags(write=False)
     for a in (level_offsets, child_offsets, child_ids, out, roots, node_input):
         a.setflags(write=False)
-    return LinearizedBatch(
+    return LinearizedBatch._trusted(
         num_nodes=n, level_offsets=level_offsets, child_offsets=child_offsets,
         child_ids=child_ids, child_table=out, roots=roots, node_input=node_input,
         word_ids=words, features=None,

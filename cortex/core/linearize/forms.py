@@ -20,6 +20,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
+from .errors import UnsupportedInputError
+
+
+def count_arg(owner: str, name: str, value: Any) -> None:
+    """A declared count (``Grid.rows``, ``EdgeList.num_nodes``) must be an int: a float, a
+    string or a bool is refused where it is given, not truncated or misread later. Its range
+    (>= 1, the size limits) is checked when the input is linearized, which names the input."""
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+        raise UnsupportedInputError(
+            f"{owner}.{name} must be an int, got {type(value).__name__} {value!r}")
+
 
 @dataclass(frozen=True, eq=False)
 class Node:
@@ -53,6 +66,10 @@ class SExpr:
     vocab: Any = None
     label_vocab: Any = None
     _parsed: list = field(default_factory=list, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.text, str):
+            raise UnsupportedInputError(f"SExpr.text must be a str, got {type(self.text).__name__}")
 
 
 @dataclass(frozen=True, eq=False)
@@ -99,6 +116,9 @@ class EdgeList:
     labels: Any = None
     vocab: Any = None
 
+    def __post_init__(self) -> None:
+        count_arg("EdgeList", "num_nodes", self.num_nodes)
+
 
 @dataclass(frozen=True, eq=False)
 class Sequence:
@@ -124,3 +144,7 @@ class Grid:
     words: Any = None
     features: Any = None
     vocab: Any = None
+
+    def __post_init__(self) -> None:
+        count_arg("Grid", "rows", self.rows)
+        count_arg("Grid", "cols", self.cols)

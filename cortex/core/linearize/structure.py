@@ -30,7 +30,18 @@ Invariants (N = ``num_nodes``, L = ``num_levels``):
 * ``labels[v]`` is an optional per-node integer label (SST sentiment, -1 = none).
 
 ``validate()`` checks all of the above with a fixed number of NumPy calls (no per-node Python)
-and raises :class:`InvariantError` naming the first violated invariant.
+and raises :class:`InvariantError` naming the first violated invariant (:class:`BatchTypeError`,
+also a ``TypeError``, when a field has the wrong type); both are Cortex errors and ValueErrors.
+
+Sealing (validated once): the linearizer establishes the invariants while it builds a batch, so
+it *seals* it: its index arrays (and ``word_ids``, ``labels``) are read-only, and the batch
+remembers which arrays and which ``num_nodes`` it was sealed with. ``Executable.run`` trusts a
+batch only while its seal holds (the same objects, still read-only: a few attribute reads) and
+validates any other batch (one you built yourself, one from ``dataclasses.replace``, one whose
+arrays were made writable again) before its arrays reach native code. A batch you build is
+never sealed by ``validate()``: its arrays are yours, and another writable view of them could
+change them after the check. (Writing through an array's ``.base`` or raw pointers goes around
+the read-only flags, and so around the seal: that is not input, it is editing Cortex's memory.)
 """
 
 from __future__ import annotations
@@ -40,7 +51,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from cortex.core.errors import CortexError
+
 INDEX_DTYPE = np.int32
+#: Largest node / edge count and index value of a batch (int32 indices).
+MAX_INDEX = int(np.iinfo(INDEX_DTYPE).max)
+_ARRAY_FIELDS = ("level_offsets", "child_offsets", "child_ids", "child_table", "roots",
+                 "node_input")
 
 
 @dataclass(frozen=True, eq=False)
@@ -63,12 +80,51 @@ class LinearizedBatch:
 
     @classmethod
     def _trusted(cls, **fields: Any) -> "LinearizedBatch":
-        """A batch from the linearizer's own fused paths, which give every field and establish
-        the invariants themselves: built without the dataclass ``__init__`` (eleven frozen
-        ``setattr``s, a measurable share of a one-tree call)."""
+        """A batch from the linearizer, which gives every field and establishes the invariants
+        itself: built without the dataclass ``__init__`` (eleven frozen ``setattr``s, a
+        measurable share of a one-tree call) and sealed (see the module docstring)."""
         self = object.__new__(cls)
         self.__dict__.update(fields)
+        return self._seal()
+
+    def __post_init__(self) -> None:
+        """Field types, cheaply (the values are ``validate()``'s): so a float ``num_nodes`` or a
+        list where an array belongs is a clear :class:`BatchTypeError` here, not NumPy's later."""
+        n = self.num_nodes
+        if not isinstance(n, (int, np.integer)) or isinstance(n, (bool, np.bool_)):
+            raise BatchTypeError(f"num_nodes must be an int, got {type(n).__name__} {n!r}")
+        for name in _ARRAY_FIELDS:
+            _need_array(name, getattr(self, name))
+        for name in ("word_ids", "features", "labels"):
+            if getattr(self, name) is not None:
+                _need_array(name, getattr(self, name))
+
+    def _seal(self) -> "LinearizedBatch":
+        """Mark this batch validated (the linearizer's batches, and only those: see the module
+        docstring): remember its ``num_nodes`` and index arrays. The linearizer makes those
+        arrays read-only; :meth:`_is_sealed` holds only while they still are."""
+        d = self.__dict__
+        d["_sealed_with"] = (d["num_nodes"], d["level_offsets"], d["child_offsets"],
+                             d["child_ids"], d["child_table"], d["roots"], d["node_input"],
+                             d["word_ids"], d["labels"])
         return self
+
+    def _is_sealed(self) -> bool:
+        """Does this batch still hold exactly what it was sealed with, its arrays read-only?
+        (Written out field by field: this runs on every call of an executable.)"""
+        d = self.__dict__
+        seal = d.get("_sealed_with")
+        if seal is None:
+            return False
+        n, lo, co, ci, ct, roots, ni, words, labels = seal
+        return (d["num_nodes"] is n and d["level_offsets"] is lo and d["child_offsets"] is co
+                and d["child_ids"] is ci and d["child_table"] is ct and d["roots"] is roots
+                and d["node_input"] is ni and d["word_ids"] is words and d["labels"] is labels
+                and not (lo.flags.writeable or co.flags.writeable or ci.flags.writeable
+                         or ct.flags.writeable or roots.flags.writeable
+                         or ni.flags.writeable
+                         or (words is not None and words.flags.writeable)
+                         or (labels is not None and labels.flags.writeable)))
 
     @property
     def num_levels(self) -> int:
@@ -102,8 +158,18 @@ class LinearizedBatch:
         _validate(self)
 
 
-class InvariantError(ValueError):
+class InvariantError(CortexError, ValueError):
     """A LinearizedBatch violates the safety contract (see the module docstring)."""
+
+
+class BatchTypeError(InvariantError, TypeError):
+    """A LinearizedBatch field has the wrong type, or something else was given as a batch."""
+
+
+def _need_array(name: str, a: Any) -> None:
+    if not isinstance(a, np.ndarray):
+        raise BatchTypeError(f"LinearizedBatch.{name} must be a NumPy array, got "
+                             f"{type(a).__name__}")
 
 
 def _check(ok: bool | np.bool_, what: str) -> None:
@@ -116,19 +182,27 @@ def _is_index(a: Any, ndim: int) -> bool:
 
 
 def _validate(b: LinearizedBatch) -> None:
-    n = b.num_nodes
+    if not isinstance(b, LinearizedBatch):
+        raise BatchTypeError(f"expected a LinearizedBatch, got {type(b).__name__}")
+    b.__post_init__()  # the types first: a field may have been replaced after construction
     for name, nd in (("level_offsets", 1), ("child_offsets", 1), ("child_ids", 1),
                      ("child_table", 2), ("roots", 1), ("node_input", 1)):
         _check(_is_index(getattr(b, name), nd), f"{name} must be a {nd}-D int32 array")
+    n = int(b.num_nodes)
     lo, co, ci, ct = b.level_offsets, b.child_offsets, b.child_ids, b.child_table
-    _check(n >= 1, "num_nodes >= 1")
+    # sizes first, so no step below allocates more than the arrays given already hold
+    _check(1 <= n <= MAX_INDEX, f"1 <= num_nodes <= {MAX_INDEX}, got {n}")
+    _check(len(co) == n + 1, "child_offsets has N + 1 entries")
+    _check(len(b.node_input) == n, "node_input has N entries")
+    _check(ct.shape[0] == n, "child_table has N rows")
     _check(len(lo) >= 2 and lo[0] == 0 and lo[-1] == n, "level_offsets runs 0..N")
-    _check(np.all(np.diff(lo) > 0), "every level is non-empty (levels are minimal)")
-    _check(len(co) == n + 1 and co[0] == 0 and co[-1] == len(ci), "child_offsets is CSR over N")
-    arity = np.diff(co)
+    lo64 = lo.astype(np.int64)  # differences of int32 values may overflow int32
+    _check(np.all(np.diff(lo64) > 0), "every level is non-empty (levels are minimal)")
+    _check(co[0] == 0 and co[-1] == len(ci), "child_offsets is CSR over N")
+    arity = np.diff(co.astype(np.int64))
     _check(np.all(arity >= 0), "child_offsets is non-decreasing")
     _check(np.all((ci >= 0) & (ci < n)), "child ids lie in [0, N)")
-    level = np.repeat(np.arange(len(lo) - 1), np.diff(lo))
+    level = np.repeat(np.arange(len(lo) - 1), np.diff(lo64))
     parent_of_edge = np.repeat(np.arange(n), arity)
     _check(np.all(ci < parent_of_edge), "every child id is smaller than its parent's id")
     _check(np.array_equal(arity == 0, level == 0), "level 0 holds exactly the leaves")
@@ -137,15 +211,15 @@ def _validate(b: LinearizedBatch) -> None:
     internal = arity > 0
     _check(np.array_equal(level[internal], child_max[internal] + 1),
            "a node's level is 1 + the max level of its children (its height)")
-    k = int(arity.max()) if n else 0
+    k = int(arity.max())
     _check(ct.shape == (n, k), f"child_table has shape [N, max_arity] = [{n}, {k}]")
     if k:
-        cols = np.arange(len(ci)) - np.repeat(co[:-1], arity)
+        cols = np.arange(len(ci)) - np.repeat(co[:-1].astype(np.int64), arity)
         _check(np.array_equal(ct[parent_of_edge, cols], ci), "child_table rows equal the CSR lists")
         _check(int(np.count_nonzero(ct != -1)) == len(ci), "child_table is -1 padded")
     nb = len(b.roots)
     ni = b.node_input
-    _check(nb >= 1 and len(ni) == n, "roots is non-empty and node_input has N entries")
+    _check(nb >= 1, "roots is non-empty")
     _check(np.all((ni >= 0) & (ni < nb)), "node_input lies in [0, batch_size)")
     _check(np.all((b.roots >= 0) & (b.roots < n)), "roots lie in [0, N)")
     _check(np.array_equal(ni[b.roots], np.arange(nb)), "roots[b] belongs to input b")
@@ -155,15 +229,20 @@ def _validate(b: LinearizedBatch) -> None:
     is_root[b.roots] = True
     _check(np.array_equal(indeg == 0, is_root), "exactly the roots have no parent")
     same_level = level[1:] == level[:-1]
-    _check(np.all(np.diff(ni)[same_level] >= 0), "within a level nodes are ordered by input")
+    _check(np.all(np.diff(ni.astype(np.int64))[same_level] >= 0),
+           "within a level nodes are ordered by input")
     if b.word_ids is not None:
         _check(_is_index(b.word_ids, 1) and len(b.word_ids) == n, "word_ids is int32 [N]")
         _check(np.all(b.word_ids >= -1), "word_ids are >= -1")
     if b.features is not None:
         f = b.features
-        _check(isinstance(f, np.ndarray) and f.dtype == np.float64 and f.ndim == 2
-               and f.shape[0] == n, "features is float64 [N, F]")
+        _check(f.dtype == np.float64 and f.ndim == 2 and f.shape[0] == n,
+               "features is float64 [N, F]")
     if b.labels is not None:
         _check(_is_index(b.labels, 1) and len(b.labels) == n, "labels is int32 [N]")
     if b.origin is not None:
-        _check(len(b.origin) == n, "origin has N entries")
+        try:
+            size = len(b.origin)
+        except TypeError:
+            raise BatchTypeError("origin must be a sequence with one entry per node") from None
+        _check(size == n, "origin has N entries")

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .errors import TokenError
+from .errors import TokenError, UnsupportedInputError
 
 NO_TOKEN = -1
 
@@ -71,11 +71,19 @@ def lookup(vocab: Any, words: list[Any], where: Callable[[int], Any], index: int
     return out
 
 
+def as_array(a: Any, what: str, index: int) -> np.ndarray:
+    """``np.asarray(a)``, with NumPy's refusals (ragged nesting, objects it cannot convert)
+    reported as an :class:`UnsupportedInputError` naming the field and the input."""
+    try:
+        return np.asarray(a)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise UnsupportedInputError(f"{what} is not an array of numbers: {exc}",
+                                    input_index=index) from None
+
+
 def int_array(a: Any, what: str, index: int, ndim: int) -> np.ndarray:
     """An integer array of ``ndim`` dims, as given (no lossy cast); TokenError-free checks."""
-    from .errors import UnsupportedInputError
-
-    arr = np.asarray(a)
+    arr = as_array(a, what, index)
     if arr.ndim != ndim or (arr.size and arr.dtype.kind not in "iu"):
         raise UnsupportedInputError(
             f"{what} must be a {ndim}-D array of integers, got dtype {arr.dtype} "

@@ -12,7 +12,17 @@ Loops of kind parallel / vectorized / gpu_group / gpu_thread have no loop-carrie
 Variable bounds (a CSR range that differs per node) are handled with a lane *mask*: the axis
 gets the longest trip count and lanes past their own ``stop`` are masked off. A
 :class:`~cortex.core.loopir.Reduce` is evaluated the same way and summed over its axis (in
-chunks of the reduction range, so memory stays bounded for large GEMVs over many nodes).
+chunks of the reduction range, so memory stays bounded for large GEMVs over many nodes) when
+its trip counts are (nearly) the same in every lane. When they differ -- a child reduction over
+``child_offsets[v]..child_offsets[v + 1]`` in a level where one node has hundreds of children
+and most have two -- padding every lane to the widest would make the cost per node grow with
+the batch's widest node, so the reduction runs over a *flat segment* instead: one entry per
+(lane, iteration) actually taken, the variables its body reads gathered to those entries, and
+``np.add.reduceat`` (``maximum``) back to the lanes, in groups of lanes of about
+``CHUNK_ELEMENTS`` entries. Its cost is proportional to the trips taken, whatever the widest.
+A serial loop whose bounds differ per lane steps through offsets ``0..longest trip`` from each
+lane's own start (lanes are independent iterations of a vector loop), not through the union of
+the lanes' absolute ranges.
 A cross-lane reduction (``Reduce.lanes > 1`` in a ``gpu_thread`` loop with ``For.lanes``) is
 evaluated exactly like the plain one: ``lanes`` only says how GPU threads share the work, so
 this interpreter is the oracle for the shuffle code too.
@@ -29,8 +39,9 @@ arrays start as NaN (floats) so reading before writing shows up in results.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Iterator, Mapping
 
 import numpy as np
 
@@ -65,6 +76,7 @@ class _Machine:
         self.env: dict[str, np.ndarray] = {}
         self.locals: dict[str, _Local] = {}
         self.extents: list[int] = []  # lane extent of each vector axis
+        self._reads_memo: dict[int, tuple[tuple[str, ...], frozenset[str], ir.Node]] = {}
 
     # ---------------------------------------------------------------- helpers
     @property
@@ -232,6 +244,10 @@ class _Machine:
         dt = ir.infer_dtype(e.body, self._all_dtypes())
         np_dt = np.int64 if dt == ir.INT else _NP_DTYPES[dt]
         ident = _NEG_INF.get(dt, np.iinfo(np.int64).min) if e.op == "max" else np_dt(0)
+        if self.depth and extent > 1:
+            flat = self._reduce_flat(e, s, t, mask, extent, np_dt, ident)
+            if flat is not None:
+                return flat
         # evaluate the reduction axis in chunks so that lanes x chunk stays within CHUNK_ELEMENTS
         lanes = int(np.prod(self.extents)) if self.extents else 1
         chunk = max(1, min(extent, CHUNK_ELEMENTS // max(1, lanes)))
@@ -255,6 +271,88 @@ class _Machine:
         if e.op == "mean":
             out = out / np.maximum(count, 1).astype(np_dt)
         return out
+
+    def _reduce_flat(self, e: ir.Reduce, s: np.ndarray, t: np.ndarray, mask: np.ndarray,
+                     extent: int, np_dt: type, ident: object) -> np.ndarray | None:
+        """``e`` over a flat segment of the (lane, iteration) pairs taken (module docstring);
+        None when padding wastes little or the body reads a private array of the lanes."""
+        full = tuple(self.extents)
+        starts, counts = self._trips(s, t, mask, full)
+        lanes, total = len(counts), int(counts.sum())
+        if 2 * total > lanes * extent:
+            return None  # at most half of the padded work saved: the masked form is cheaper
+        names, buffers = self._reads(e.body)
+        if not buffers.isdisjoint(self.locals):
+            return None
+        out = np.full(lanes, ident, dtype=np_dt)
+        ends = np.cumsum(counts)  # the flat position after each lane's entries
+        group = max(CHUNK_ELEMENTS // 8, extent)
+        ufunc = np.maximum if e.op == "max" else np.add
+        lo = 0
+        while lo < lanes:
+            base = int(ends[lo - 1]) if lo else 0
+            hi = max(int(np.searchsorted(ends, base + group, side="right")), lo + 1)
+            cnt = counts[lo:hi]
+            size = int(ends[hi - 1]) - base
+            if size:
+                lane = np.repeat(np.arange(lo, hi), cnt)
+                first = ends[lo:hi] - cnt - base  # each lane's first flat position
+                env = self._gather(names, lane, full)
+                env[e.var] = starts[lane] + (np.arange(size) - first[lane - lo])
+                with self._on_lanes(env, size):
+                    body = self.eval(e.body, np.ones(size, dtype=bool))
+                body = np.broadcast_to(body, (size,)).astype(np_dt, copy=False)
+                taken = cnt > 0
+                out[lo:hi][taken] = ufunc.reduceat(body, first[taken])
+                if e.op == "mean":
+                    out[lo:hi][taken] /= cnt[taken].astype(np_dt)
+            lo = hi
+        return out.reshape(full)
+
+    def _trips(self, s: np.ndarray, t: np.ndarray, mask: np.ndarray,
+               full: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+        """Per lane of ``full`` (flattened): the loop's start and its trip count (0 when the
+        lane is inactive)."""
+        starts = np.broadcast_to(s, full).reshape(-1)
+        stops = np.broadcast_to(t, full).reshape(-1)
+        active = np.broadcast_to(mask, full).reshape(-1)
+        return starts, np.where(active, np.maximum(stops - starts, 0), 0)
+
+    def _gather(self, names: tuple[str, ...], lane: np.ndarray,
+                full: tuple[int, ...]) -> dict[str, np.ndarray]:
+        """The bound variables among ``names`` on one flat axis whose entry k belongs to the
+        lane of flat index ``lane[k]`` of the lane shape ``full``."""
+        env = {}
+        for name in names:
+            v = self.env.get(name)
+            if v is None:
+                continue
+            if v.ndim:
+                v = v.reshape(v.shape + (1,) * (len(full) - v.ndim))
+                v = np.broadcast_to(v, full).reshape(-1)[lane]
+            env[name] = v
+        return env
+
+    @contextmanager
+    def _on_lanes(self, env: dict[str, np.ndarray], count: int) -> Iterator[None]:
+        """Run with ``env`` as the variables and one lane axis of ``count`` lanes (a flat
+        segment or a compacted set of lanes), then restore the lanes around it."""
+        saved = self.env, self.extents
+        self.env, self.extents = env, [count]
+        try:
+            yield
+        finally:
+            self.env, self.extents = saved
+
+    def _reads(self, node: ir.Node) -> tuple[tuple[str, ...], frozenset[str]]:
+        """The variable names ``node`` reads and the buffers it loads or stores (memoized)."""
+        got = self._reads_memo.get(id(node))
+        if got is None:
+            nodes = list(ir.walk(node))
+            names = tuple({n.name for n in nodes if isinstance(n, ir.Var)})
+            buffers = frozenset(n.buffer for n in nodes if isinstance(n, (ir.Load, ir.Store)))
+            got = self._reads_memo[id(node)] = (names, buffers, node)  # node: keeps id unique
+        return got[0], got[1]
 
     def _all_dtypes(self) -> dict[str, str]:
         d = dict(self.dtypes)
@@ -318,16 +416,47 @@ class _Machine:
         if st_a.size == 0:
             return
         uniform = bool((st_a == st_a[0]).all() and (sp_a == sp_a[0]).all())
-        lo, hi = int(st_a.min()), int(sp_a.max())
         if s.var in self.env:
             raise InterpretError(f"variable {s.var!r} is bound twice (names must not be shadowed)")
         try:
-            for i in range(lo, hi):
-                self.env[s.var] = np.array(i, dtype=np.int64)
-                m = mask if uniform else (mask & (st <= i) & (i < sp))
-                self.exec(s.body, m)
+            if uniform:
+                for i in range(int(st_a[0]), int(sp_a[0])):
+                    self.env[s.var] = np.array(i, dtype=np.int64)
+                    self.exec(s.body, mask)
+            elif not self._serial_compacted(s, st, sp, mask):
+                # each lane from its own start: the longest trip, not the union of the ranges
+                trip = sp - st
+                for k in range(int((sp_a - st_a).max())):
+                    self.env[s.var] = st + k
+                    self.exec(s.body, mask & (k < trip))
         finally:
             self.env.pop(s.var, None)
+
+    def _serial_compacted(self, s: ir.For, st: np.ndarray, sp: np.ndarray,
+                          mask: np.ndarray) -> bool:
+        """A serial loop whose trip counts differ a lot between lanes: step ``k`` runs the body
+        on only the lanes with more than ``k`` trips (compacted to one axis, the variables the
+        body reads gathered), so its cost is the trips taken, not lanes x the longest trip.
+        False (nothing run) when padding wastes little or the body touches a private array
+        of the lanes."""
+        full = tuple(self.extents)
+        starts, counts = self._trips(st, sp, mask, full)
+        longest = int(counts.max())
+        if 2 * int(counts.sum()) > len(counts) * longest:
+            return False
+        names, buffers = self._reads(s.body)
+        if not buffers.isdisjoint(self.locals):
+            return False
+        order = np.argsort(-counts, kind="stable")  # lanes by trip count, longest first
+        # how many lanes have more than k trips, for every step k
+        taking = np.searchsorted(-counts[order], -np.arange(longest), side="left")
+        for k in range(longest):
+            lanes = order[:int(taking[k])]
+            env = self._gather(names, lanes, full)
+            env[s.var] = starts[lanes] + k
+            with self._on_lanes(env, len(lanes)):
+                self.exec(s.body, np.ones(len(lanes), dtype=bool))
+        return True
 
     def _store(self, s: ir.Store, mask: np.ndarray) -> None:
         arr, idx, _ = self._index(s.buffer, s.index, mask, "store")

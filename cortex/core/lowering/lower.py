@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Mapping
 import numpy as np
 
 from cortex.core import loopir as ir
+from cortex.core.errors import CortexError
 from cortex.core.plugin.capabilities import Capabilities
 from cortex.core.frontend.graph import RecursiveGraph, verify as verify_graph
 from cortex.core.lowering.transforms import physical_arrays
@@ -51,7 +52,7 @@ from cortex.core.lowering.cases import CaseLowering, LowerContext, LoweringError
 from cortex.core.lowering.apply_schedule import apply_schedule, node_loop_kind, schedule_nest
 from cortex.core.frontend.params import bind_params
 from cortex.core.lowering.schedule import Schedule
-from cortex.core.linearize.structure import INDEX_DTYPE, LinearizedBatch
+from cortex.core.linearize.structure import INDEX_DTYPE, BatchTypeError, LinearizedBatch
 
 if TYPE_CHECKING:
     from cortex.core.runtime.token_tables import TokenTables
@@ -78,7 +79,7 @@ INDEX_BUFFERS = ("level_offsets", "child_offsets", "child_ids", "child_table", "
 SIZE_NAMES = ("N", "E", "L", "NL")
 
 
-class BatchMismatchError(ValueError):
+class BatchMismatchError(CortexError, ValueError):
     """A LinearizedBatch does not fit the lowered model (arity, token ids, features)."""
 
 
@@ -341,7 +342,7 @@ def _plan_of(low: Lowered) -> _BindPlan:
 
 def _bind_batch(low: Lowered, batch: LinearizedBatch) -> tuple[dict[str, np.ndarray], dict[str, int]]:
     if not isinstance(batch, LinearizedBatch):
-        raise TypeError(f"bind_batch needs a LinearizedBatch, got {type(batch).__name__}")
+        raise BatchTypeError(f"bind_batch needs a LinearizedBatch, got {type(batch).__name__}")
     plan = _plan_of(low)
     n = int(batch.num_nodes)
     lo = np.ascontiguousarray(batch.level_offsets, dtype=INDEX_DTYPE)

@@ -23,10 +23,40 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from cortex.core.errors import CortexError
+from cortex.core.loopir.interpret import eval_shape
 from cortex.core.plugin.capabilities import Capabilities
 from cortex.core.runtime.hostmem import aligned_copy, aligned_zeros, as_aligned
 
 Source = str | bytes
+
+
+class IndexRangeError(CortexError, ValueError):
+    """An index buffer given to a program holds a value outside its declared range: native
+    code would read or write out of bounds."""
+
+
+def check_index_values(program: Any, buffers: Mapping[str, Any], sizes: Mapping[str, int]) -> None:
+    """For a runtime entry point that takes raw host buffers (``artifact.run(buffers, sizes)``):
+    raise :class:`IndexRangeError` unless every given ``index`` buffer of ``program`` with a
+    declared ``value_range`` holds only values in that range. Generated code dereferences these
+    values unchecked; the lowering proved every access in bounds *given* the ranges. (Calls
+    through an executable need not: their batches are validated before they are bound.)"""
+    for b in program.buffers:
+        if b.role != "index" or b.value_range is None:
+            continue
+        a = buffers.get(b.name)
+        if a is None:
+            continue
+        a = np.asarray(a)
+        if not a.size:
+            continue
+        lo, hi = (int(v) for v in eval_shape(tuple(b.value_range), sizes))
+        amin, amax = int(a.min()), int(a.max())
+        if amin < lo or amax > hi:
+            raise IndexRangeError(
+                f"index buffer {b.name} holds values in [{amin}, {amax}], outside its declared "
+                f"range [{lo}, {hi}]; native code would read out of bounds")
 
 
 class Renderer(ABC):
@@ -34,7 +64,15 @@ class Renderer(ABC):
 
     C-family targets share one renderer in core and differ only by
     ``Capabilities.dialect``; a plugin writes its own renderer only for a non-C form.
+
+    ``cache_sources = True`` lets the pipeline keep this renderer's sources on disk
+    (:mod:`cortex.core.stage_cache`), keyed by the program, the renderer's attributes and the
+    code of its package: set it when :meth:`render` is a pure function of those, its
+    attributes have a value ``repr`` and its sources pickle (a ``str`` subclass whose extra
+    attributes are IR nodes and builtin values).
     """
+
+    cache_sources: bool = False
 
     @abstractmethod
     def render(self, program: Any) -> Source:

@@ -6,8 +6,10 @@ call only
 
 1. linearizes the structures (``cortex.core.linearize``) with the model's arity and its token
    vocabulary / feature size, so a structure that does not fit the model is rejected with the
-   linearizer's ``ValueError`` before any generated code runs (a ready ``LinearizedBatch`` is
-   validated instead);
+   linearizer's ``ValueError`` before any generated code runs. A ready ``LinearizedBatch``
+   (given to the call or to :meth:`Executable.run`) is validated instead, unless it is one the
+   linearizer made and sealed and nobody has changed since (``structure.py``: a few attribute
+   reads). No public method hands unchecked index arrays to native code;
 2. binds the batch to the program's index/input buffers and size symbols (``Lowered.bind_batch``,
    which checks the batch against the model: ``BatchMismatchError``, a ``ValueError``);
 3. stages them (``runtime.stage``: an upload, or nothing on a host runtime), takes the output
@@ -32,18 +34,24 @@ launch (:mod:`cortex.core.runtime.token_tables`; :meth:`Executable.fill_tables` 
 Everything else that does not depend on the batch is worked out then too (the argument list with the params in place, which slots are staged
 inputs and which pooled buffers, their shape functions and dtypes), so a call's Python work is
 binding, one pass over the pooled slots (skipped when the sizes repeat) and the fetches.
+
+After compiling: :meth:`Executable.update_params` prepares and uploads new weights into the
+same compiled code; :meth:`Executable.warmup` does the first calls' work now (token-table
+rows, each kernel form's first launch); :meth:`Executable.map` streams a corpus
+(:mod:`cortex.core.runtime.batches`); :meth:`Executable.save` and pickling keep the executable as its
+recipe, params snapshot and disk-cache entries (:mod:`cortex.core.persist`).
 """
 
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 
 import numpy as np
 
 from cortex.core.frontend.graph import RecursiveGraph
 from cortex.core.linearize import linearize
-from cortex.core.linearize.structure import LinearizedBatch
+from cortex.core.linearize.structure import BatchTypeError, LinearizedBatch
 from cortex.core.loopir import Program, shape_function
 from cortex.core.loopir.interpret import np_dtype
 from cortex.core.lowering.schedule import Schedule
@@ -51,7 +59,9 @@ from cortex.core.plugin.backend import Backend, HostRuntime, Source
 from cortex.core.runtime.outputs import Outputs
 
 if TYPE_CHECKING:
+    from cortex.core.diskcache import Entry
     from cortex.core.lowering.lower import Lowered
+    from cortex.core.persist import Recipe
     from cortex.core.runtime.token_tables import TokenTables
 
 
@@ -70,6 +80,16 @@ def linearize_options(graph: RecursiveGraph) -> dict[str, int | None]:
     return opts
 
 
+def _checked(batch: Any) -> None:
+    """Raise unless ``batch`` is a LinearizedBatch whose invariants hold: free for a sealed
+    batch (the linearizer's), a vectorized :meth:`LinearizedBatch.validate` for any other."""
+    if type(batch) is not LinearizedBatch and not isinstance(batch, LinearizedBatch):
+        raise BatchTypeError(f"run needs a LinearizedBatch (from exe.linearize or "
+                             f"cortex.core.linearize), got {type(batch).__name__}")
+    if not batch._is_sealed():
+        batch.validate()
+
+
 class Executable:
     """A model compiled for one target with one set of options; call it on structures."""
 
@@ -77,12 +97,20 @@ class Executable:
                  backend: Backend, source: Source, artifact: Any, cache_key: str,
                  params: Mapping[str, np.ndarray], model_name: str = "",
                  prepared: Mapping[str, np.ndarray] | None = None,
-                 tables: "TokenTables | None" = None, schedule_source: str = "") -> None:
+                 tables: "TokenTables | None" = None, recipe: "Recipe | None" = None,
+                 snapshot: Mapping[str, np.ndarray] | None = None,
+                 cache_entries: tuple["Entry", ...] = (), schedule_source: str = "",
+                 graph_fingerprint: str | None = None) -> None:
         """``prepared``: ``lowered.prepare_params(params)`` when the caller already made it
         (the pipeline does, in a thread overlapping the backend's compile); ``tables``: the
-        filler of the token tables that ``prepared`` holds as zero pages (host runtimes only);
-        ``schedule_source``: which schedule this is and why (a tuning record, the default
-        rules, given by the caller)."""
+        filler of the token tables that ``prepared`` holds as zero pages (host runtimes only).
+        ``recipe``, ``snapshot`` (read-only copies of ``params``) and ``cache_entries`` (what
+        the compile read from or wrote to the disk cache) are what saving and pickling carry
+        (``cortex.core.persist``; the pipeline gives them). ``schedule_source``: which schedule
+        this is and why (a tuning record, the default rules, given by the caller);
+        ``graph_fingerprint``: the key of this model's tuning records (``cortex.tuning``)."""
+        from cortex.core.pipeline import params_snapshot
+
         self.target = target
         self.options = dict(options)
         self.lowered = lowered
@@ -91,24 +119,22 @@ class Executable:
         self.artifact = artifact
         self.cache_key = cache_key
         self.schedule_source = schedule_source
+        self.graph_fingerprint = graph_fingerprint
         self.model_name = model_name or lowered.graph.name
         self.calls = 0
+        self.recipe = recipe
+        self.params_snapshot = dict(snapshot) if snapshot is not None else params_snapshot(params)
+        self.cache_entries = tuple(cache_entries)
         self._linearize = linearize_options(lowered.graph)
-        runtime = backend.runtime
         if prepared is None:
             prepared = lowered.prepare_params(params)
-        self._params = {name: self._upload_param(runtime, a, params) for name, a in prepared.items()}
-        self._tables = tables
-        if tables is not None:  # the arrays the program reads, which the calls fill in place
-            buf_of = dict(lowered.param_names)
-            tables.attach({n: self._params[buf_of[n]] for n in tables.names if n in buf_of})
         program = lowered.program
         # Per buffer, once: its compiled shape function and NumPy dtype (calls only evaluate).
         self._buffers = tuple((b, shape_function(b.shape), np.dtype(np_dtype(b.dtype)))
                               for b in program.buffers)
         # The launch arguments with the params in place; per call the staged inputs
         # (slot, name, role) and the pooled outputs/temps (slot, name, shape fn, dtype) fill in.
-        self._template: list[Any] = [self._params.get(b.name) for b in program.buffers]
+        self._install_params(prepared, tables, params)
         self._staged = tuple((i, b.name, b.role) for i, (b, _, _) in enumerate(self._buffers)
                              if b.name not in self._params and b.read_only)
         self._pooled = tuple((i, b.name, shape_of, dtype)
@@ -133,6 +159,18 @@ class Executable:
         self._pool_args: tuple[tuple[int, Any], ...] = ()
         self._fetch_args: tuple[tuple[str, int, tuple[int, ...], np.dtype], ...] = ()
         self._lock = threading.Lock()  # the pool is shared: calls from several threads queue
+
+    def _install_params(self, prepared: Mapping[str, np.ndarray], tables: "TokenTables | None",
+                        params: Mapping[str, np.ndarray]) -> None:
+        """The prepared params on the device and in the launch template; the token tables'
+        filler attached to the arrays the program reads (which the calls fill in place)."""
+        runtime = self.backend.runtime
+        self._params = {name: self._upload_param(runtime, a, params) for name, a in prepared.items()}
+        self._tables = tables
+        if tables is not None:
+            buf_of = dict(self.lowered.param_names)
+            tables.attach({n: self._params[buf_of[n]] for n in tables.names if n in buf_of})
+        self._template: list[Any] = [self._params.get(b.name) for b, _, _ in self._buffers]
 
     @staticmethod
     def _upload_param(runtime: Any, a: np.ndarray, params: Mapping[str, np.ndarray]) -> Any:
@@ -165,26 +203,32 @@ class Executable:
     # ---- calls -----------------------------------------------------------------------------
 
     def linearize(self, structures: Any, *, vocab: Any = None) -> LinearizedBatch:
-        """The batch a call would run: structures linearized and checked against the model."""
+        """The batch a call would run: structures linearized and checked against the model.
+        A ready :class:`LinearizedBatch` is validated (unless sealed) and returned as it is;
+        its fit to the model (arity, token ids, features) is checked by the call."""
         if isinstance(structures, LinearizedBatch):
-            # the structural invariants here; the fit to the model (arity, token ids,
-            # features) in ``Lowered.bind_batch``, which raises BatchMismatchError
-            structures.validate()
+            _checked(structures)
             return structures
         return linearize(structures, vocab=vocab, **self._linearize)
 
     def __call__(self, structures: Any, *, vocab: Any = None) -> Outputs:
         """Run the model on one structure or a list of them (a batch), or on a ready
         :class:`LinearizedBatch`; ``vocab`` maps string tokens to ids."""
-        batch = self.linearize(structures, vocab=vocab)
-        return self.run(batch)
+        if isinstance(structures, LinearizedBatch):
+            return self.run(structures)
+        batch = linearize(structures, vocab=vocab, **self._linearize)
+        with self._lock:
+            return self._run(batch)  # the linearizer's batch: sealed, nothing to check
 
     def run(self, batch: LinearizedBatch) -> Outputs:
-        """Run an already linearized and checked batch (see :meth:`linearize`). Safe to call
-        from several threads: calls of one executable run one at a time."""
+        """Run a linearized batch (see :meth:`linearize`). A batch that the linearizer made
+        runs as it is; any other is validated first (``LinearizedBatch.validate``: an
+        :class:`~cortex.core.linearize.structure.InvariantError`), and every batch is checked against
+        the model (``BatchMismatchError``). Safe to call from several threads: calls of one
+        executable run one at a time."""
+        _checked(batch)
         with self._lock:
             return self._run(batch)
-
     @property
     def table_rows(self) -> tuple[int, int] | None:
         """``(token ids whose table rows are computed, vocabulary size)``, or None when this
@@ -193,17 +237,76 @@ class Executable:
             return None
         return self._tables.rows_done, self._tables.vocab
 
-    def fill_tables(self) -> int:
+    def fill_tables(self, progress: bool | None = None) -> int:
         """Compute every row of the token tables that no call has needed yet (a call computes
         the rows of its batch's tokens first; see the module docstring). Returns how many token
         ids that was: 0 once done, and always on a device (whose tables are made whole at
-        compile time)."""
+        compile time). A long fill shows a progress bar (``progress``: force it on or off)."""
         if self._tables is None:
             return 0
         with self._lock:
-            return self._tables.fill_all()
+            return self._tables.fill_all(progress)
+
+    # ---- after compiling: weights, warm-up, corpora, saving --------------------------------
+
+    def update_params(self, values: Mapping[str, Any] | Any) -> None:
+        """Give the executable new weights (all or some of the model's params, by name; or a
+        model of the same kind): they are checked, prepared (derived params, layouts, token
+        tables) and uploaded as at compile time; nothing is recompiled. A model's
+        ``set_params`` after ``cortex.compile`` does not reach its executables without this."""
+        from cortex.core.runtime.batches import merged_params
+        from cortex.core.pipeline import _bind, _prepare, params_snapshot
+
+        params = merged_params(self, getattr(values, "params", values))
+        deferred = isinstance(self.backend.runtime, HostRuntime)
+        prepared, tables = _prepare(self.lowered, _bind(self.graph, params, self.dtype, deferred))
+        with self._lock:
+            self._install_params(prepared, tables, params)
+            self.params_snapshot = params_snapshot(params)
+
+    def warmup(self, *, tables: bool = True, progress: bool | None = None) -> "Executable":
+        """Do now what the first calls would: compute every token-table row (``tables``; a
+        progress bar when long) and run a small and a large synthetic batch, so a device
+        builds each kernel form it has (OpenCL drivers such as PoCL compile kernels at their
+        first launch). Returns the executable: ``exe = cortex.compile(...).warmup()``."""
+        from cortex.core.runtime.batches import warmup_batches
+
+        if tables:
+            self.fill_tables(progress)
+        for batch in warmup_batches(self):
+            self(batch)
+        return self
+
+    def map(self, structures: Iterable[Any], *, batch_size: int = 64, progress: bool = False,
+            total: int | None = None, vocab: Any = None) -> Iterator[dict[str, np.ndarray]]:
+        """Run the model over a corpus, ``batch_size`` structures per call, and yield each
+        input's declared outputs in order (``{state: root row}``, or its nodes' rows for an
+        ``every_node`` model). Lazy: it reads ``structures`` one batch ahead of what it yields,
+        so a generator over a large file streams in bounded memory. ``progress``: a bar with
+        inputs/s and nodes/s (``total``: the count, when ``structures`` has no ``len``)."""
+        from cortex.core.runtime.batches import stream
+
+        return stream(self, structures, batch_size=batch_size, progress=progress, total=total,
+                      vocab=vocab)
+
+    def save(self, path: Any, *, artifacts: bool = True) -> Any:
+        """Write this executable to ``path`` (a zip file; ``cortex.load`` reads it): its
+        recipe, params and compiled artifacts (``artifacts=False`` leaves those out).
+        Returns the path. See ``cortex.core.persist``."""
+        from cortex.core.persist import save_executable
+
+        return save_executable(self, path, artifacts=artifacts)
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickled as its recipe, params and cache entries; unpickling compiles it again (a
+        warm compile) in the receiving process (``cortex.core.persist``)."""
+        from cortex.core.persist import reduce_executable
+
+        return reduce_executable(self)
 
     def _run(self, batch: LinearizedBatch) -> Outputs:
+        """The call on a batch whose invariants hold (sealed or validated): no check of them
+        here, so this stays private; callers hold the lock."""
         runtime = self.backend.runtime
         inputs, sizes = self.lowered.bind_batch(batch)
         if self._tables is not None and not self._tables.complete:

@@ -30,7 +30,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from cortex.core.linearize.structure import LinearizedBatch
+from cortex.core.linearize.structure import BatchTypeError, InvariantError, LinearizedBatch
 
 
 class Outputs:
@@ -38,6 +38,12 @@ class Outputs:
 
     def __init__(self, states: Mapping[str, np.ndarray], batch: LinearizedBatch,
                  outputs: Sequence[str], dtype: str, every_node: bool = False) -> None:
+        """``batch`` is validated unless the linearizer sealed it (its roots and node inputs
+        index the states); every state needs one row per node."""
+        if not isinstance(batch, LinearizedBatch):
+            raise BatchTypeError(f"Outputs needs a LinearizedBatch, got {type(batch).__name__}")
+        if not batch._is_sealed():
+            batch.validate()
         self._states = {name: np.ascontiguousarray(a) for name, a in states.items()}
         self.batch = batch
         self.outputs: tuple[str, ...] = tuple(outputs)
@@ -45,7 +51,7 @@ class Outputs:
         self.every_node = every_node
         for name, a in self._states.items():
             if a.shape[:1] != (batch.num_nodes,):
-                raise ValueError(f"state {name!r} has {a.shape[:1]} rows; the batch has "
+                raise InvariantError(f"state {name!r} has {a.shape[:1]} rows; the batch has "
                                  f"{batch.num_nodes} nodes")
         self._rows: list[np.ndarray] | None = None
 
@@ -127,6 +133,17 @@ class Outputs:
         the model declares ``every_node`` outputs."""
         read = self.nodes if self.every_node else self.root
         return {s: read(s) for s in self.outputs}
+
+    def for_input(self, b: int) -> dict[str, np.ndarray]:
+        """Input ``b``'s declared outputs (fresh arrays): ``{state: [*shape]}`` at its root,
+        or ``{state: [n_b, *shape]}`` (its nodes, as :meth:`of`) for ``every_node`` outputs.
+        What ``exe.map`` yields per input."""
+        if self.every_node:
+            return {s: self.of(b, s) for s in self.outputs}
+        if not isinstance(b, (int, np.integer)) or not 0 <= b < self.batch_size:
+            raise IndexError(f"input index {b!r} out of range for a batch of {self.batch_size}")
+        root = int(self.batch.roots[int(b)])
+        return {s: self._state(s)[root].copy() for s in self.outputs}
 
     def __repr__(self) -> str:
         shapes = ", ".join(f"{k}{list(v.shape)}" for k, v in self._states.items())

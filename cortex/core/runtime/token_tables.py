@@ -26,10 +26,15 @@ that is still missing, for a server that wants no first-use work in its calls.
 
 The fill reads a snapshot of the params (copies, taken at compile time), so a model changed
 after ``cortex.compile`` does not change an executable, whichever rows it has computed.
+
+A fill of many rows (a first call on a large corpus, or ``fill_tables``) runs in chunks of
+:data:`CHUNK_ROWS` token ids; when the first chunk shows that the whole fill will take longer
+than :data:`PROGRESS_AFTER_S`, a progress bar (:mod:`cortex.core.runtime.progress`) reports the rest.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Collection, Mapping
 
 import numpy as np
@@ -37,9 +42,13 @@ import numpy as np
 from cortex.core.frontend.graph import RecursiveGraph
 from cortex.core.frontend.params import bind_exact, compute_derived, leaf_states_of
 from cortex.core.runtime.hostmem import sparse_zeros
+from cortex.core.runtime.progress import bar as progress_bar
 
 #: The recipes whose row ``t`` is a function of token ``t`` (given their other args whole).
 ROW_RECIPES = ("embed_linear", "leaf_state")
+#: Token ids per step of a fill, and how long a fill must promise to last to get a progress bar.
+CHUNK_ROWS = 4096
+PROGRESS_AFTER_S = 2.0
 
 
 def token_table_names(graph: RecursiveGraph) -> tuple[str, ...]:
@@ -121,21 +130,39 @@ class TokenTables:
         self._fill(rows)
         return len(rows)
 
-    def fill_all(self) -> int:
+    def fill_all(self, progress: bool | None = None) -> int:
         """Compute every row not computed yet; returns how many token ids that was."""
         if self.complete:
             return 0
         rows = np.flatnonzero(~self._done[:-1])
         if len(rows):
-            self._fill(rows)
+            self._fill(rows, progress)
         self.complete = True
         return len(rows)
 
-    def _fill(self, rows: np.ndarray) -> None:
-        """Each table's ``rows``, in dependency order: a table's recipe reads the rows of the
-        tables before it, which this fill or an earlier one has computed."""
+    def _fill(self, rows: np.ndarray, progress: bool | None = None) -> None:
+        """The ``rows`` of every table, :data:`CHUNK_ROWS` token ids at a time, with a
+        progress bar when the fill promises to be long (``progress``: force it on or off)."""
         if not self.arrays:
             raise RuntimeError("internal error: token tables used before attach()")
+        chunks = [rows[i:i + CHUNK_ROWS] for i in range(0, len(rows), CHUNK_ROWS)]
+        start = time.perf_counter()
+        bar = None
+        for i, chunk in enumerate(chunks):
+            self._fill_rows(chunk)
+            if bar is None and i == 0 and len(chunks) > 1 and progress is not False:
+                guess = (time.perf_counter() - start) * len(chunks)
+                if progress or guess > PROGRESS_AFTER_S:
+                    bar = progress_bar(len(rows), "cortex: token tables", "tokens", progress)
+                    bar.update(len(chunk))
+            elif bar is not None:
+                bar.update(len(chunk))
+        if bar is not None:
+            bar.close()
+
+    def _fill_rows(self, rows: np.ndarray) -> None:
+        """Each table's ``rows``, in dependency order: a table's recipe reads the rows of the
+        tables before it, which this fill or an earlier one has computed."""
         states: dict[str, np.ndarray] | None = None
         for name in self.names:
             d = self._derived[name]

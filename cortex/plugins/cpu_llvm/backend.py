@@ -3,7 +3,9 @@
 Pipeline position: the last two stages for target ``llvm``. The renderer turns the scheduled
 LoopProgram into LLVM IR text (:mod:`codegen`), carrying the program along (the runtime needs
 its buffer list); the compiler JIT-compiles it once into a :class:`CompiledProgram` with its
-thread team (:mod:`runtime`); the runtime's ``launch`` is one native call for the whole batch.
+thread team (:mod:`runtime`), keeping the machine code in the disk cache's ``llvm`` namespace
+(:mod:`jit`: a later process loads it instead of compiling); the runtime's ``launch`` is one
+native call for the whole batch.
 
 Capabilities come from the real CPU: SIMD width from the LLVM CPU's features (512 bits with
 AVX-512), ``num_cores`` from the ``threads`` option (default: every usable CPU), the per-core
@@ -21,11 +23,14 @@ import numpy as np
 from cortex.core import loopir as ir
 from cortex.core.plugin.backend import Backend, Compiler, HostRuntime, Renderer, Source
 from cortex.core.plugin.capabilities import Capabilities
+from cortex.core.diskcache import DiskCache
 from cortex.plugins.cpu_llvm import codegen, native_linearize
 from cortex.plugins.cpu_llvm.jit import cpu_info
 from cortex.plugins.cpu_llvm.runtime import CompiledProgram, usable_cpus
 
 CODEGEN_REVISION = "cortex-llvm 1"
+#: The disk cache namespace of the machine code (``cortex.core.diskcache``).
+CACHE_NAMESPACE = "llvm"
 
 
 @functools.lru_cache(maxsize=None)
@@ -71,6 +76,8 @@ class LLVMSource(str):
 class LLVMRenderer(Renderer):
     """Scheduled LoopProgram -> LLVM IR text (see :mod:`cortex.plugins.cpu_llvm.codegen`)."""
 
+    cache_sources = True  # a pure function of the program and vector_bits/profile
+
     def __init__(self, vector_bits: int, profile: bool = False) -> None:
         self.vector_bits = vector_bits
         self.profile = profile
@@ -98,7 +105,8 @@ class LLVMCompiler(Compiler):
         compiled = CompiledProgram(program, threads=int(options.get("threads", 0)),
                                    cpu=options.get("cpu", "host"), opt_level=int(options.get("opt_level", 3)),
                                    ir_text=str(source), profile=bool(options.get("profile", False)),
-                                   pin=bool(options.get("pin", False)) or None)
+                                   pin=bool(options.get("pin", False)) or None,
+                                   cache=DiskCache(CACHE_NAMESPACE))
         # the host linearizer's compiled twin: once per process, built in the background after
         # the kernel (inside the compile it took CPU from the kernel's code generation)
         native_linearize.install()

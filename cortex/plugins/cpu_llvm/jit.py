@@ -11,6 +11,13 @@ Target machines are created once per (cpu, opt level) and kept for the life of t
 features LLVM assumes a baseline CPU and emits SSE code); any other name pins an LLVM CPU
 (e.g. ``skylake-avx512``) for reproducible code generation.
 
+Object code cache: given a :class:`~cortex.core.diskcache.DiskCache`, a :class:`JitModule` keeps
+the machine code MCJIT produced (captured with the engine's object cache) under
+:func:`object_key` — the IR text, the CPU name and features, llvmlite's and LLVM's versions,
+the opt level and the pass list — and a later process loads it with ``add_object_file``
+instead of optimizing and compiling (TreeLSTM h256: about 0.03 s instead of 0.4 s). Code for
+another CPU has another key: it is never loaded here.
+
 llvmlite >= 0.45 removed ``llvm.initialize()``; only the native target and asm printer are
 initialized here.
 """
@@ -21,8 +28,12 @@ import ctypes.util
 import functools
 import threading
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import llvmlite.binding as llvm
+
+if TYPE_CHECKING:
+    from cortex.core.diskcache import DiskCache
 
 _LOCK = threading.Lock()
 
@@ -154,12 +165,39 @@ def optimize(module: llvm.ModuleRef, tm: llvm.TargetMachine, opt_level: int,
     mpm.run(module, pb)
 
 
-class JitModule:
-    """One optimized module, loaded in its own MCJIT engine; lives as long as this object."""
+def object_key(ir_text: str, cpu: str = "host", opt_level: int = 3) -> str:
+    """The cache key of the machine code for ``ir_text``: everything that code depends on."""
+    import llvmlite
 
-    def __init__(self, ir_text: str, cpu: str = "host", opt_level: int = 3) -> None:
+    from cortex.core.diskcache import digest
+
+    info = cpu_info(cpu)
+    pipeline = repr((PASSES, LLVM_DEFAULT_PIPELINE, LOOP_UNROLLING, SLP_VECTORIZATION,
+                     wants_default_pipeline(ir_text)))
+    return digest("cortex-llvm-object 1", ir_text, llvm.get_process_triple(), info.name, info.features,
+                  llvmlite.__version__, ".".join(map(str, llvm.llvm_version_info)), str(opt_level), pipeline)
+
+
+class JitModule:
+    """One optimized module, loaded in its own MCJIT engine; lives as long as this object.
+
+    With ``cache``, the machine code is loaded from it when present (``from_cache``) and stored
+    in it when compiled."""
+
+    def __init__(self, ir_text: str, cpu: str = "host", opt_level: int = 3,
+                 cache: "DiskCache | None" = None) -> None:
         _initialize()
         tm = target_machine(cpu, opt_level)
+        self._ir_text, self._opt_level = ir_text, opt_level
+        self._module: llvm.ModuleRef | None = None
+        self.target_machine = tm
+        self.from_cache = False
+        key = object_key(ir_text, cpu, opt_level) if cache is not None else None
+        code = cache.get(key) if cache is not None and key is not None else None
+        if code is not None and self._load_object(code, cpu, opt_level):
+            self.from_cache = True
+            return
+        compiled: list[bytes] = []
         with _LOCK:
             try:
                 mod = llvm.parse_assembly(ir_text)
@@ -170,14 +208,36 @@ class JitModule:
             mod.data_layout = str(tm.target_data)
             optimize(mod, tm, opt_level, wants_default_pipeline(ir_text))
             self.engine = llvm.create_mcjit_compiler(mod, new_target_machine(cpu, opt_level))
+            if cache is not None:  # MCJIT hands over the object code it made
+                self.engine.set_object_cache(lambda _m, buf: compiled.append(bytes(buf)), lambda _m: None)
             self.engine.finalize_object()
         self._module = mod  # owned by the engine; printed only when asked (optimized_ir)
-        self.target_machine = tm
+        if cache is not None and key is not None and len(compiled) == 1:
+            cache.put(key, compiled[0])
+
+    def _load_object(self, code: bytes, cpu: str, opt_level: int) -> bool:
+        """An engine running ``code`` (object code from the cache); False if LLVM rejects it."""
+        with _LOCK:
+            try:
+                engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_target_machine(cpu, opt_level))
+                engine.add_object_file(llvm.ObjectFileRef.from_data(code))
+                engine.finalize_object()
+            except RuntimeError:
+                return False
+        self.engine = engine
+        return True
 
     @property
     def optimized_ir(self) -> str:
-        """The optimized module as LLVM IR text (for inspection and tests)."""
+        """The optimized module as LLVM IR text (for inspection and tests; optimized again
+        here when the machine code came from the cache)."""
         with _LOCK:
+            if self._module is None:
+                mod = llvm.parse_assembly(self._ir_text)
+                mod.triple = self.target_machine.triple
+                mod.data_layout = str(self.target_machine.target_data)
+                optimize(mod, self.target_machine, self._opt_level, wants_default_pipeline(self._ir_text))
+                self._module = mod
             return str(self._module)
 
     def address(self, name: str) -> int:

@@ -266,9 +266,10 @@ def native_fill() -> Any:
     """The compiled filler (a ctypes function), built once per process."""
     with _LOCK:
         if "fill" not in _STATE:
+            from cortex.core.diskcache import DiskCache
             from cortex.plugins.cpu_llvm.jit import JitModule
 
-            jit = JitModule(_module())
+            jit = JitModule(_module(), cache=DiskCache("llvm"))
             _STATE["jit"] = jit  # the code lives as long as the module
             _STATE["fill"] = _FILL(jit.address(NAME))
         return _STATE["fill"]

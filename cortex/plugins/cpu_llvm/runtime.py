@@ -90,7 +90,8 @@ class CompiledProgram:
 
     def __init__(self, program: ir.Program, *, threads: int = 0, cpu: str = "host",
                  opt_level: int = 3, ir_text: str | None = None, profile: bool = False,
-                 pin: bool | None = None) -> None:
+                 pin: bool | None = None, cache: Any = None) -> None:
+        """``cache``: a :class:`~cortex.core.diskcache.DiskCache` for the machine code."""
         if threads < 0:
             raise ValueError(f"threads must be >= 0 (0 = every usable CPU), got {threads}")
         if threads > codegen.MAX_THREADS:
@@ -101,7 +102,7 @@ class CompiledProgram:
         self.profiling = profile
         self.ir = ir_text if ir_text is not None else codegen.generate(program, cpu_info(cpu).vector_bits,
                                                                         profile=profile)
-        self.jit = JitModule(self.ir, cpu=cpu, opt_level=opt_level)
+        self.jit = JitModule(self.ir, cpu=cpu, opt_level=opt_level, cache=cache)
         self._run = _RUN(self.jit.address(codegen.SYMBOLS.run))
         start = _START(self.jit.address(codegen.SYMBOLS.start))
         cpus = _usable_cpu_list()

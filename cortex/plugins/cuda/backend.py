@@ -25,6 +25,8 @@ from cortex.plugins.cuda.runtime import CudaRuntime
 class CudaRenderer(Renderer):
     """Scheduled LoopProgram -> CUDA C (the core's C-family renderer, ``cuda`` dialect)."""
 
+    cache_sources = True  # a pure function of the program
+
     def render(self, program: ir.Program) -> Source:
         if not isinstance(program, ir.Program):
             raise TypeError(f"the cuda renderer takes a LoopProgram, not {type(program).__name__}")

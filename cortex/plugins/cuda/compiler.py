@@ -7,14 +7,14 @@ this is what the compile-only conformance part runs where there is no driver.
 
 The architecture is the target option ``arch``: ``'sm_XY'``, or ``'auto'`` for the GPU's own
 (``FALLBACK_ARCH`` when no GPU is visible). The cache key covers nvcc's version, the flags, the
-architecture and the source; cubins are kept under ``$CORTEX_CACHE_DIR/cuda`` (default
-``~/.cache/cortex/cuda``) so a second process does not run nvcc again.
+architecture and the source; cubins (with ptxas's report) are kept in the ``cuda`` namespace of
+the disk cache (:mod:`cortex.core.diskcache`: ``$CORTEX_CACHE_DIR/cuda``, by default
+``~/.cache/cortex/cuda``; checked entries in a private directory) so a second process does
+not run nvcc again.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
 import re
 import subprocess
 import tempfile
@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from cortex.core import loopir as ir
+from cortex.core.diskcache import DiskCache
 from cortex.core.errors import CortexError
 from cortex.core.plugin import hostinfo
 from cortex.core.plugin.backend import Compiler, Source
@@ -32,6 +33,7 @@ from cortex.core.plugin.backend import Compiler, Source
 #: conformance tolerance, and ``tanhf``/``expf`` approximations would eat into it.
 NVCC_FLAGS = ("-O3", "-std=c++17", "-Xptxas", "-v")
 CODEGEN_REVISION = "cortex-cuda 1"  # bump when the flags or the artifact's form change
+CACHE_NAMESPACE = "cuda"
 
 
 class NvccError(CortexError, RuntimeError):
@@ -82,8 +84,21 @@ class Cubin:
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("CORTEX_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "cortex")
-    return Path(root) / "cuda"
+    """Where cubins are cached (the ``cuda`` namespace of :mod:`cortex.core.diskcache`)."""
+    return DiskCache(CACHE_NAMESPACE).path
+
+
+def pack(cubin: Cubin) -> bytes:
+    """A cache entry: the ptxas log's length, the log, the image."""
+    log = cubin.ptxas_log.encode()
+    return len(log).to_bytes(8, "little") + log + cubin.image
+
+
+def unpack(data: bytes, arch: str) -> Cubin | None:
+    n = int.from_bytes(data[:8], "little") if len(data) >= 8 else -1
+    if n < 0 or 8 + n > len(data):
+        return None
+    return Cubin(data[8 + n:], arch, data[8:8 + n].decode(errors="replace"))
 
 
 def resolve_arch(arch: str, device_arch: Callable[[], str | None] | None = None) -> str:
@@ -240,29 +255,12 @@ class NvccCompiler(Compiler):
         return out
 
     # ------------------------------------------------------------------ disk cache
-    def _paths(self, key: str) -> tuple[Path, Path]:
-        d = cache_dir()
-        return d / f"{key}.cubin", d / f"{key}.log"
-
     def _load(self, key: str, arch: str) -> Cubin | None:
         if not self.use_disk_cache:
             return None
-        image_path, log_path = self._paths(key)
-        try:
-            return Cubin(image_path.read_bytes(), arch, log_path.read_text())
-        except OSError:
-            return None
+        data = DiskCache(CACHE_NAMESPACE, suffix=".cubin").get(key)
+        return unpack(data, arch) if data is not None else None
 
     def _store(self, key: str, cubin: Cubin) -> None:
-        if not self.use_disk_cache:
-            return
-        image_path, log_path = self._paths(key)
-        try:
-            image_path.parent.mkdir(parents=True, exist_ok=True)
-            # write then rename, so a concurrent reader never sees half a file
-            for path, data in ((log_path, cubin.ptxas_log.encode()), (image_path, cubin.image)):
-                tmp = path.with_suffix(path.suffix + f".{os.getpid()}.{hashlib.sha1(data).hexdigest()[:8]}")
-                tmp.write_bytes(data)
-                os.replace(tmp, path)
-        except OSError:
-            pass  # an unwritable cache only costs a recompilation next time
+        if self.use_disk_cache:  # checked, atomic; an unwritable cache says so once
+            DiskCache(CACHE_NAMESPACE, suffix=".cubin").put(key, pack(cubin))

@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 
 from cortex.core import loopir as ir
-from cortex.core.plugin.backend import Runtime
+from cortex.core.plugin.backend import Runtime, check_index_values
 from cortex.core.errors import TargetNotRunnableError
 from cortex.core.loopir.interpret import eval_shape, np_dtype
 from cortex.plugins.cuda.compiler import Cubin
@@ -254,6 +254,7 @@ class CompiledProgram:
         missing = [s.name for s in p.sizes if s.name not in sizes]
         if missing:
             raise ValueError(f"program {p.name}: sizes {missing} not given")
+        check_index_values(p, buffers, sizes)
         device: dict[str, DeviceArray] = {}
         shapes: dict[str, tuple[int, ...]] = {}
         for b in p.buffers:

@@ -7,20 +7,23 @@ Pipeline position: the codegen and compile stages of the ``opencl`` backend.
   ``opencl`` dialect (``cortex.core.render.c_family``; no renderer of its own). The result is an
   :class:`OpenCLSource`: the OpenCL C text (what ``dump=`` writes and the cache key hashes)
   carrying the program it came from, which the runtime needs for its host steps.
-* :class:`OpenCLCompiler` builds it with pyopencl for the chosen device, once per cache key
-  (an in-process cache; pyopencl and the driver also keep binaries on disk). A build failure
-  raises :class:`OpenCLBuildError` with the driver's build log and the path of the generated
-  source, written to a temporary file so it can be opened next to the log.
+* :class:`OpenCLCompiler` builds it with pyopencl for the chosen device, once per source and
+  flags in a process, and keeps the program binary in the disk cache's ``opencl`` namespace
+  (:mod:`cortex.core.diskcache`), keyed by the source, the flags, the device, its driver and
+  pyopencl's version: a later process builds from the binary. A build failure raises
+  :class:`OpenCLBuildError` with the driver's build log and the source lines it names (the
+  whole source is the error's ``source``; nothing is left in the temporary directory).
 """
 
 from __future__ import annotations
 
-import tempfile
+import re
 from importlib import metadata
 from typing import Any, Mapping
 
 from cortex.core import loopir as ir
 from cortex.core.plugin.backend import Compiler, Renderer, Source
+from cortex.core.diskcache import DiskCache, digest
 from cortex.core.errors import CortexError
 from cortex.core.loopir.verify import verify
 from cortex.core.render import c_family as render_c
@@ -33,6 +36,8 @@ from cortex.plugins.opencl.runtime import FORMS, CompiledProgram
 
 #: Changes whenever the generated code or build flags change for the same program.
 CODEGEN_REVISION = "4"
+#: The disk cache namespace of program binaries.
+CACHE_NAMESPACE = "opencl"
 #: With ``fast_math`` (the default): let the driver reassociate float sums, so a GEMV row's dot
 #: product vectorizes (without it each dot product is one serial chain of dependent adds).
 FAST_MATH_OPTIONS: tuple[str, ...] = ("-cl-unsafe-math-optimizations",)
@@ -190,10 +195,11 @@ def render(program: ir.Program, min_vector_bits: int = 0) -> str:
 
 
 class OpenCLBuildError(CortexError, RuntimeError):
-    """The OpenCL compiler rejected the generated source (the message has the build log)."""
+    """The OpenCL compiler rejected the generated source (the message has the build log and the
+    lines it names; ``source`` is the whole text, ``log`` the driver's log)."""
 
-    def __init__(self, message: str, log: str, source_path: str) -> None:
-        self.log, self.source_path = log, source_path
+    def __init__(self, message: str, log: str, source: str) -> None:
+        self.log, self.source = log, source
         super().__init__(message)
 
 
@@ -236,6 +242,8 @@ class OpenCLRenderer(Renderer):
     (PoCL), which takes ``min_vector_width`` (see :class:`_VectorRenderer`); ``jam``: apply
     :func:`jam_for_opencl` (CPU devices: its vector statements use clang's ``ext_vector_type``,
     and a GPU's grid schedule has no CPU-style node loop to jam anyway)."""
+
+    cache_sources = True  # a pure function of the program and the four settings above
 
     def __init__(self, fast_math: bool = True, float_lanes: int = 16, clang_cpu: bool = False,
                  jam: bool = True) -> None:
@@ -285,17 +293,21 @@ def jam_for_opencl(program: ir.Program, float_lanes: int = 16) -> tuple[ir.Progr
     return jammed, changed, {n: jammed.buffer(n).layout for n in names}
 
 
-def write_source(text: str, name: str) -> str:
-    """Write ``text`` to a new temporary ``.cl`` file and return its path."""
-    with tempfile.NamedTemporaryFile("w", suffix=".cl", prefix=f"cortex_{name}_", delete=False) as f:
-        f.write(text)
-        return f.name
+def lines_named(text: str, log: str, context: int = 2) -> str:
+    """The lines of ``text`` that ``log`` names (``<file>:LINE:COL``), numbered, with
+    ``context`` lines around each; empty when it names none."""
+    lines = text.splitlines()
+    wanted = sorted({int(m) for m in re.findall(r":(\d+):\d+:", log) if 0 < int(m) <= len(lines)})
+    shown: list[int] = []
+    for n in wanted[:8]:
+        shown += [i for i in range(max(1, n - context), min(len(lines), n + context) + 1) if i not in shown]
+    return "\n".join(f"{i:5d}  {lines[i - 1]}" for i in sorted(shown))
 
 
 class OpenCLCompiler(Compiler):
     """Builds an :class:`OpenCLSource` for one device; artifacts are :class:`CompiledProgram`."""
 
-    def __init__(self, device: Device) -> None:
+    def __init__(self, device: Device, cache: DiskCache | None = None) -> None:
         self.device = device
         try:
             version = metadata.version("pyopencl")
@@ -303,26 +315,52 @@ class OpenCLCompiler(Compiler):
             version = "?"
         info = device.info
         self.identity = f"cortex-opencl {CODEGEN_REVISION}; pyopencl {version}; {info.label}; {info.driver}"
+        self.cache = cache if cache is not None else DiskCache(CACHE_NAMESPACE)
         self._built: dict[tuple[str, tuple[str, ...]], Any] = {}
+        self.builds = 0  # builds from source (the rest came from a binary or this process)
 
     def build(self, text: str, name: str, options: tuple[str, ...] = ()) -> Any:
-        """The ``cl.Program`` for ``text`` built with ``options`` (once per pair in this process)."""
-        import pyopencl as cl
-
+        """The ``cl.Program`` for ``text`` built with ``options``: once per pair in this
+        process, from the cached binary when there is one (a binary the driver rejects is
+        built again from source)."""
         found = self._built.get((text, options))
         if found is not None:
             return found
-        program = cl.Program(self.device.context, text)
-        try:
-            built = program.build(options=list(options))
-        except Exception as exc:  # cl.RuntimeError (build failure) or LogicError
-            path = write_source(text, name)
-            log = _build_log(program, self.device.device, exc)
-            raise OpenCLBuildError(
-                f"the OpenCL compiler of {self.device.info.label} rejected the generated source "
-                f"for {name!r} (saved at {path}); build log:\n{log}", log, path) from None
+        key = digest("cortex-opencl-binary 1", self.identity, text, "\0".join(options))
+        binary = self.cache.get(key)
+        built = self._from_binary(binary, options) if binary is not None else None
+        if built is None:
+            built = self._from_source(text, name, options)
+            self.builds += 1
+            try:
+                binaries = built.get_info(_cl().program_info.BINARIES)
+            except Exception:  # noqa: BLE001 - a driver without binaries is not cached
+                binaries = []
+            if len(binaries) == 1 and binaries[0]:
+                self.cache.put(key, bytes(binaries[0]))
         self._built[(text, options)] = built
         return built
+
+    def _from_binary(self, binary: bytes, options: tuple[str, ...]) -> Any:
+        cl = _cl()
+        try:
+            program = cl.Program(self.device.context, [self.device.device], [binary])
+            return program.build(options=list(options))
+        except Exception:  # noqa: BLE001 - e.g. a driver update: rebuild from source
+            return None
+
+    def _from_source(self, text: str, name: str, options: tuple[str, ...]) -> Any:
+        program = _cl().Program(self.device.context, text)
+        try:
+            return program.build(options=list(options))
+        except Exception as exc:  # cl.RuntimeError (build failure) or LogicError
+            log = _build_log(program, self.device.device, exc)
+            named = lines_named(text, log)
+            raise OpenCLBuildError(
+                f"the OpenCL compiler of {self.device.info.label} rejected the generated source "
+                f"for {name!r}; build log:\n{log}" + (f"\n--- the lines it names ---\n{named}" if named else "")
+                + "\n(the error's `source` holds the whole text; compile with dump='DIR' to write it)",
+                log, text) from None
 
     def compile(self, source: Source, options: Mapping[str, Any]) -> CompiledProgram:
         program = getattr(source, "program", None)
@@ -337,6 +375,12 @@ class OpenCLCompiler(Compiler):
         return CompiledProgram(program, built, self.device,
                                work_group_size=int(options.get("work_group_size", 0) or 0), form=form,
                                relayout=getattr(source, "relayout", None))
+
+
+def _cl() -> Any:
+    import pyopencl as cl
+
+    return cl
 
 
 def _build_log(program: Any, device: Any, exc: Exception) -> str:

@@ -42,7 +42,7 @@ from cortex.core import loopir as ir
 from cortex.core.errors import CortexError
 from cortex.core.loopir.interpret import eval_shape, np_dtype
 from cortex.core.lowering.transforms import to_layout
-from cortex.core.plugin.backend import Runtime
+from cortex.core.plugin.backend import Runtime, check_index_values
 from cortex.plugins.opencl import forms
 from cortex.plugins.opencl.device import Device
 
@@ -167,8 +167,12 @@ def choose_form(form: str, has_single: bool, has_host: bool, sizes: Mapping[str,
     if not has_single:
         return "per_level"
     nodes = int(sizes.get("N", 0))
-    limit = SINGLE_GROUP_MAX_NODES * max(1, parallel_units // 2) if cpu else SINGLE_GROUP_MAX_NODES_GPU
-    return "single_group" if nodes <= limit else "per_level"
+    return "single_group" if nodes <= single_group_limit(parallel_units, cpu) else "per_level"
+
+
+def single_group_limit(parallel_units: int, cpu: bool = True) -> int:
+    """The most nodes ``form="auto"`` runs as one single-work-group launch."""
+    return SINGLE_GROUP_MAX_NODES * max(1, parallel_units // 2) if cpu else SINGLE_GROUP_MAX_NODES_GPU
 
 
 class CompiledProgram:
@@ -215,6 +219,14 @@ class CompiledProgram:
         self.last_form = ""
         self.launches = 0  # kernel launches of the last call
 
+    @property
+    def warmup_nodes(self) -> tuple[int, ...]:
+        """Batch sizes (nodes) that run each execution form this program has once, for
+        ``Executable.warmup``: PoCL and other drivers build a kernel at its first launch."""
+        info = self.device.info
+        limit = single_group_limit(info.compute_units, info.kind == "CPU")
+        return (1, limit + 1) if self.has_single and self.host_ok else (1,)
+
     # ------------------------------------------------------------------ launch sizes
     def local_size(self, name: str) -> int:
         """Work-items per group for kernel ``name``: the option, the kernel's own
@@ -252,6 +264,7 @@ class CompiledProgram:
         the given arrays (or new ones); returns every output and given buffer by name."""
         args: list[Any] = []
         shapes = self._shapes(sizes)
+        check_index_values(self.program, buffers, sizes)
         out: dict[str, np.ndarray] = dict(buffers)
         handles: dict[str, Allocation] = {}
         for b in self.program.buffers:
