@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import time
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
+from unittest import mock
 
 import numpy as np
 
@@ -84,10 +86,14 @@ class Measurer:
         self._inner = 1
 
     def _compile(self, schedule: Any) -> Any:
+        """``cortex.compile`` with the disk caches off: candidates are one-off programs, and
+        the caches, which never evict, would keep every one of them."""
         import cortex
+        from cortex.core.diskcache import ENV_SWITCH
 
-        return cortex.compile(self.model, target=self.target, dtype=self.dtype, schedule=schedule,
-                              **self.compile_options, **self.target_options)
+        with mock.patch.dict(os.environ, {ENV_SWITCH: "0"}):
+            return cortex.compile(self.model, target=self.target, dtype=self.dtype,
+                                  schedule=schedule, **self.compile_options, **self.target_options)
 
     def baseline(self) -> BaselineInfo:
         """Compile and check the default schedule (slot 0) and calibrate the timing sample."""
