@@ -17,8 +17,9 @@ the first trial at which the model-guided search reached it (and reached 95% of 
     python benchmarks/tune_search.py --models "TreeGRU:hidden=64" --trials 16 --seeds 1  # quick
 
 JSON (``--out``, default stdout): the environment (CPU, load average before and after),
-the settings, and per run the curve, the trials (schedule, ratio, compile seconds, error) and
-the verified speedup of the session's winner; then a summary per model. A matplotlib plot
+the settings, and per run the curve (one point per measured trial), the trials (schedule,
+ratio, compile seconds, error, and ``measured``: False for a candidate whose program was
+measured before, which costs no trial) and the verified speedup of the session's winner; then a summary per model. A matplotlib plot
 (``--plot``) when matplotlib is installed.
 """
 
@@ -50,7 +51,7 @@ def run_arm(model: Any, arm: str, *, trials: int, seed: int, target: str, option
     return {"arm": arm, "seed": seed, "curve": r.curve, "verified_speedup": r.speedup,
             "winner": r.schedule.to_dict(), "elapsed_s": time.perf_counter() - t0,
             "workload": r.key.workload, "failures": r.failures,
-            "trials": [{"schedule": t.schedule, "ok": t.ok, "ratio": t.ratio,
+            "trials": [{"schedule": t.schedule, "ok": t.ok, "ratio": t.ratio, "measured": t.measured,
                         "compile_s": round(t.compile_s, 3), "error": t.error} for t in r.trials]}
 
 

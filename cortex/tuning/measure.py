@@ -6,6 +6,8 @@ workload. It runs in the tuner's own process or, by default, in a worker process
 
 * :meth:`Measurer.baseline` compiles the target's default schedule: every candidate is timed
   against it.
+* :meth:`Measurer.program_key` lowers a candidate (no rendering, no compiling) and names the
+  program it gives: a candidate whose program was measured before is not compiled again.
 * :meth:`Measurer.compile` compiles a candidate with ``cortex.compile``, runs it on every batch
   of the workload (which also warms it up: first-use tables, buffer pools) and compares every
   state at every node with the float64 reference under the suite's tolerance
@@ -82,6 +84,7 @@ class Measurer:
         self.reference = tuple(reference)
         self.compile_options = dict(compile_options or {})
         self._exes: dict[int, Any] = {}
+        self._lowering: tuple[Any, Any] | None = None  # the graph after passes, capabilities
         self._next = 1
         self._inner = 1
 
@@ -104,6 +107,7 @@ class Measurer:
         if not result.ok:
             raise RuntimeError(f"the default schedule does not work on this workload: {result.error}")
         exe = self._exes[0]
+        self._lowering = (exe.graph, exe.backend.capabilities)
         samples = [self._sample(exe, 1) for _ in range(3)]
         one = float(np.median(samples))
         self._inner = max(1, math.ceil(MIN_SAMPLE_S / max(one, 1e-9)))
@@ -124,7 +128,7 @@ class Measurer:
                                  f"compile failed: {type(e).__name__}: {_first_line(e)}")
         compile_s = time.perf_counter() - t0
         sched = exe.schedule.to_dict()
-        key = hashlib.sha256(f"{exe.cache_key}\0{exe.program}".encode()).hexdigest()
+        key = _program_key(exe.program)
         try:
             problem, check_s = self._check(exe)
         except Exception as e:
@@ -135,6 +139,21 @@ class Measurer:
             slot, self._next = self._next, self._next + 1
         self._exes[slot] = exe
         return CompileResult(slot, True, compile_s, "", key, sched, check_s)
+
+    def program_key(self, schedule: Mapping[str, Any]) -> str | None:
+        """The key of the program ``schedule`` lowers to, without rendering or compiling it
+        (as :attr:`CompileResult.program_key`); None when it does not lower (its compile will
+        say why). A backend translates the program it is given and reads nothing else of the
+        schedule, so two schedules with one program run alike."""
+        from cortex.core.lowering.lower import lower
+        from cortex.core.lowering.schedule import ScheduleSpace
+
+        graph, caps = self._lowering
+        try:
+            schedule = ScheduleSpace(caps, self.dtype).with_knobs(**schedule)
+            return _program_key(lower(graph, schedule, caps, self.dtype).program)
+        except Exception:  # noqa: BLE001 (the compile reports it)
+            return None
 
     def _check(self, exe: Any) -> tuple[str, float]:
         """('' when every state of every batch is within tolerance of the reference, else what
@@ -194,6 +213,10 @@ class Measurer:
 
     def close(self) -> None:
         self._exes.clear()
+
+
+def _program_key(program: Any) -> str:
+    return hashlib.sha256(str(program).encode()).hexdigest()
 
 
 def _first_line(e: BaseException) -> str:

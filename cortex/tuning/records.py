@@ -58,7 +58,8 @@ CREATE TABLE IF NOT EXISTS trials (
     graph TEXT NOT NULL, target TEXT NOT NULL, device TEXT NOT NULL, dtype TEXT NOT NULL,
     workload TEXT NOT NULL,
     schedule TEXT NOT NULL, ok INTEGER NOT NULL, ratio REAL, compile_s REAL NOT NULL,
-    error TEXT NOT NULL, features TEXT NOT NULL, session TEXT NOT NULL, created REAL NOT NULL
+    error TEXT NOT NULL, features TEXT NOT NULL, session TEXT NOT NULL, created REAL NOT NULL,
+    measured INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS trials_key ON trials ({", ".join(_KEY_COLUMNS[:4])});
 PRAGMA user_version = {SCHEMA_VERSION};
@@ -131,8 +132,10 @@ class Record:
 
 @dataclass(frozen=True)
 class Trial:
-    """One measured candidate: its knobs, whether it compiled and matched the reference, and
-    its time as a ratio to the default schedule's (measured in the same interleaved rounds)."""
+    """One candidate: its knobs, whether it compiled and matched the reference, and its time as
+    a ratio to the default schedule's (measured in the same interleaved rounds). ``measured``
+    is False for a candidate that lowers to a program measured before: it takes that ratio
+    and is neither compiled nor timed again."""
 
     schedule: dict[str, Any]
     ok: bool
@@ -142,6 +145,7 @@ class Trial:
     features: tuple[float, ...] = ()  # the workload's features (cost model)
     workload: str = ""
     session: str = ""
+    measured: bool = True
 
 
 def db_path() -> Path:
@@ -188,7 +192,7 @@ class RecordStore:
                 elif version != SCHEMA_VERSION:
                     raise sqlite3.DatabaseError(f"schema version {version}, this Cortex reads {SCHEMA_VERSION}")
                 conn.execute("SELECT id FROM records LIMIT 1").fetchall()
-                conn.execute("SELECT id FROM trials LIMIT 1").fetchall()
+                conn.execute("SELECT id, measured FROM trials LIMIT 1").fetchall()
                 self._conn = conn
                 return conn
             except sqlite3.Error as e:
@@ -283,10 +287,12 @@ class RecordStore:
         with conn:
             conn.executemany(
                 "INSERT INTO trials (graph, target, device, dtype, workload, schedule, ok, ratio, "
-                "compile_s, error, features, session, created) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                "compile_s, error, features, session, created, measured) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 [(*_key_values(key)[:4], t.workload or key.workload,
                   json.dumps(t.schedule, sort_keys=True), int(t.ok), t.ratio, t.compile_s,
-                  t.error, json.dumps(list(t.features)), t.session, now) for t in trials])
+                  t.error, json.dumps(list(t.features)), t.session, now, int(t.measured))
+                 for t in trials])
 
     def trials(self, graph: str, target: str, device: str, dtype: str) -> list[Trial]:
         """Every stored trial of this model and device, every workload class, oldest first."""
@@ -295,9 +301,9 @@ class RecordStore:
             return []
         where, values = _filters(graph=graph, target=target, device=device, dtype=dtype)
         rows = conn.execute(f"SELECT schedule, ok, ratio, compile_s, error, features, workload, "
-                            f"session FROM trials {where} ORDER BY id", values).fetchall()
-        return [Trial(json.loads(s), bool(ok), ratio, cs, err, tuple(json.loads(f)), wl, sess)
-                for s, ok, ratio, cs, err, f, wl, sess in rows]
+                            f"session, measured FROM trials {where} ORDER BY id", values).fetchall()
+        return [Trial(json.loads(s), bool(ok), ratio, cs, err, tuple(json.loads(f)), wl, sess,
+                      bool(m)) for s, ok, ratio, cs, err, f, wl, sess, m in rows]
 
     # ---- JSON lines ---------------------------------------------------------------------
 

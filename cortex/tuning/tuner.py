@@ -12,8 +12,9 @@ A session:
    computed once;
 2. the worker compiles the default schedule: the yardstick every candidate is timed against,
    and the source of the graph and device fingerprints that key the records;
-3. batches of candidates are proposed, compiled, checked against the reference and timed in
-   interleaved rounds with the default, until the trial or time budget is spent (or Ctrl-C);
+3. batches of candidates are proposed, lowered (a candidate whose program was measured before
+   takes that result: no compile, no trial), compiled, checked against the reference and timed
+   in interleaved rounds with the default, until the trial or time budget is spent (or Ctrl-C);
    every trial is stored as it is measured, so ``resume=True`` (the default) continues a
    session where it stopped, and trials of other workload classes train the cost model;
 4. the best few that measured faster than the default are timed again against it in more
@@ -45,6 +46,7 @@ SKIP_TIMING = 10.0  # a candidate whose check ran this many times slower is not 
 ELITES = 3  # candidates kept compiled for the final check
 MIN_GAIN = 0.02  # the winner must be this much faster than the default to be stored as such
 BATCH = 8  # candidates proposed, compiled and timed together
+MAX_PROPOSALS = 4  # stop after this many candidates per budgeted trial (most were duplicates)
 
 
 @dataclass(frozen=True)
@@ -74,16 +76,19 @@ class TuneResult:
     method: str
     record: Record | None  # as stored (None with store=False)
     trials: list[Trial] = field(default_factory=list)  # this session's, in measurement order
-    curve: list[float] = field(default_factory=list)  # best candidate speedup after each trial
+    curve: list[float] = field(default_factory=list)  # best speedup after each measured trial
     resumed: int = 0  # trials of this workload class loaded from earlier sessions
     elapsed_s: float = 0.0
-    stopped_by: str = ""  # "trials", "seconds", "space" (nothing left to try), "interrupted"
+    stopped_by: str = ""  # "trials", "seconds", "space" (nothing new to try), "interrupted"
     failures: list[str] = field(default_factory=list)  # legal schedules that failed: bugs
 
     def summary(self) -> str:
-        ok = sum(t.ok for t in self.trials)
+        ok = sum(t.ok for t in self.trials if t.measured)
+        measured = sum(t.measured for t in self.trials)
+        same = len(self.trials) - measured
         chosen = "the default rules" if self.speedup == 1.0 else "a tuned schedule"
-        return (f"{len(self.trials)} trials ({ok} valid, {self.resumed} resumed) in "
+        return (f"{measured} trials ({ok} valid, {self.resumed} resumed; {same} more candidates "
+                f"gave programs already measured) in "
                 f"{self.elapsed_s:.0f} s, stopped by {self.stopped_by}; workload "
                 f"{self.key.workload}; {chosen}: {self.speedup:.2f}x the default's speed")
 
@@ -161,7 +166,7 @@ class _Session:
         self.curve: list[float] = []
         self.failures: list[str] = []
         self.history: list[Trial] = []  # this class's trials of earlier sessions
-        self.programs: dict[str, float] = {}  # program key -> measured ratio
+        self.programs: dict[str, tuple[float | None, str]] = {}  # program key -> (ratio, error)
         self.elites: dict[int, tuple[float, dict[str, Any], int]] = {}  # slot -> (ratio, knobs, gen)
         self.compile_times = [info.compile_s]
         self.bar = _Progress(budget.trials, f"tune {model_name} on {target} ({method})", progress)
@@ -176,12 +181,12 @@ class _Session:
             self._resume()
         stopped = "trials"
         try:
-            while len(self.trials) < self.budget.trials:
+            while self.measured() < self.budget.trials:
                 if self.remaining() <= 0:
                     stopped = "seconds"
                     break
-                cands = self.proposer.propose(min(BATCH, self.budget.trials - len(self.trials)))
-                if not cands:
+                cands = self.proposer.propose(min(BATCH, self.budget.trials - self.measured()))
+                if not cands or len(self.trials) >= MAX_PROPOSALS * self.budget.trials:
                     stopped = "space"
                     break
                 if not self._measure_batch(cands):
@@ -207,8 +212,13 @@ class _Session:
         self.proposer.observe(own, self.features, own=True)
         self.history = own
 
+    def measured(self) -> int:
+        return sum(t.measured for t in self.trials)
+
     def _measure_batch(self, cands: list[Schedule]) -> bool:
-        """Compile, check and time ``cands``; False when the time ran out before any compiled."""
+        """Compile, check and time ``cands``; False when the time ran out before any compiled.
+        A candidate whose program was measured (or failed) before takes that result and is
+        neither compiled nor timed: it does not count against the trial budget."""
         done: list[Trial] = []
         pending: dict[int, tuple[dict[str, Any], float, str]] = {}  # slot -> (knobs, compile s, key)
         generation = self.m.generation
@@ -217,22 +227,27 @@ class _Session:
             if self.remaining() < typical:
                 break
             knobs = s.to_dict()
+            key = self.m.program_key(knobs, self.compile_timeout)
+            if key is not None and key in self.programs:
+                ratio, error = self.programs[key]
+                done.append(self._trial(knobs, ratio, 0.0, error, measured=False))
+                continue
             # near the end of the time budget a slow compile is cut short
             r = self.m.compile(knobs, min(self.compile_timeout, max(self.remaining(), 3 * typical)))
             self.compile_times.append(r.compile_s)
+            key = key or r.program_key
             if not r.ok:
                 done.append(self._trial(knobs, None, r.compile_s, r.error))
                 if "stopped" not in r.error:
                     self.failures.append(f"{schedule_key(knobs)}: {r.error}")
-            elif r.program_key in self.programs:  # the same program as one measured: no timing
-                self.m.drop([r.slot])
-                done.append(self._trial(knobs, self.programs[r.program_key], r.compile_s))
             elif r.check_s > SKIP_TIMING * self.info.check_s:  # far slower: its check says so
                 self.m.drop([r.slot])
-                self.programs[r.program_key] = r.check_s / self.info.check_s
-                done.append(self._trial(knobs, self.programs[r.program_key], r.compile_s))
+                done.append(self._trial(knobs, r.check_s / self.info.check_s, r.compile_s))
             else:
-                pending[r.slot] = (knobs, r.compile_s, r.program_key)
+                pending[r.slot] = (knobs, r.compile_s, key)
+                continue
+            if key:
+                self.programs[key] = (done[-1].ratio, done[-1].error)
             self.bar.step()
         if self.m.generation != generation:  # the worker was replaced: its slots are gone
             pending, self.elites = {}, {}
@@ -243,25 +258,30 @@ class _Session:
                 res = results.get(slot)
                 if res is None:
                     continue  # lost with a replaced worker: not a trial
-                self.programs[key] = res.ratio
+                self.programs[key] = (res.ratio, "")
                 done.append(self._trial(knobs, res.ratio, compile_s))
                 self.elites[slot] = (res.ratio, knobs, self.m.generation)
+                self.bar.step()
             self._keep_elites()
         if not done:
             return bool(cands) and self.remaining() > 0
+        best = self.curve[-1] if self.curve else self._best_speedup([])
+        for t in done:
+            if t.ok and t.ratio:
+                best = max(best, 1.0 / t.ratio)
+            if t.measured:
+                self.curve.append(best)
         self.trials += done
         self.proposer.observe(done, self.features, own=True)
-        for t in done:
-            self.curve.append(self._best_speedup(self.trials[:len(self.curve) + 1]))
         if self.db is not None and self.store:
             self.db.add_trials(self.key, done)
-        self.bar.best(self.curve[-1])
+        self.bar.best(best)
         return True
 
     def _trial(self, knobs: dict[str, Any], ratio: float | None, compile_s: float,
-               error: str = "") -> Trial:
+               error: str = "", measured: bool = True) -> Trial:
         return Trial(knobs, ratio is not None, ratio, compile_s, error, self.features,
-                     self.key.workload, self.session)
+                     self.key.workload, self.session, measured)
 
     def _best_speedup(self, trials: list[Trial]) -> float:
         """The best speedup over the default among ``trials`` and the resumed ones (0: none)."""
@@ -313,7 +333,8 @@ class _Session:
         schedule = self.space.with_knobs(**knobs) if knobs is not None else self.space.default()
         speedup = 1.0 / ratio
         record = Record(key=self.key, schedule=schedule.to_dict(), speedup=speedup, seconds=seconds,
-                        default_seconds=seconds / ratio, trials=len(self.history) + len(self.trials),
+                        default_seconds=seconds / ratio,
+                        trials=sum(t.measured for t in self.history + self.trials),
                         method=self.method, model=self.model_name, device_info=self.info.device_info,
                         workload_info={**self.wl.stats.to_dict(), "description": self.wl.description},
                         cortex_version=__version__, created=time.time())
@@ -330,7 +351,7 @@ class _Session:
                           f"{self.failures[0]}", RuntimeWarning, stacklevel=3)
         return TuneResult(schedule=schedule, speedup=speedup, key=self.key, workload=self.wl,
                           method=self.method, record=stored, trials=self.trials, curve=self.curve,
-                          resumed=len(self.history), elapsed_s=time.perf_counter() - self.t0,
+                          resumed=sum(t.measured for t in self.history), elapsed_s=time.perf_counter() - self.t0,
                           stopped_by=stopped, failures=self.failures)
 
 

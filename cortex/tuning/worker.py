@@ -2,8 +2,8 @@
 
 Pipeline position: between the search (:mod:`cortex.tuning.search`) and the measurer
 (:mod:`cortex.tuning.measure`). Both classes here offer the same calls — ``info`` (the default
-schedule's :class:`~cortex.tuning.measure.BaselineInfo`), ``compile``, ``time``, ``drop``,
-``close`` — and a ``generation`` that grows whenever the executables compiled so far are lost.
+schedule's :class:`~cortex.tuning.measure.BaselineInfo`), ``program_key``, ``compile``,
+``time``, ``drop``, ``close`` — and a ``generation`` that grows whenever the executables compiled so far are lost.
 
 :class:`WorkerMeasurer` (the default) runs a :class:`~cortex.tuning.measure.Measurer` in a
 fresh ``python -m cortex.tuning.worker`` process, talking over a socket pair. A compile or a
@@ -52,6 +52,9 @@ class InProcessMeasurer:
     def __init__(self, setup: Mapping[str, Any]) -> None:
         self._m = Measurer(**setup)
         self.info: BaselineInfo = self._m.baseline()
+
+    def program_key(self, schedule: Any, timeout: float) -> str | None:
+        return self._m.program_key(schedule)
 
     def compile(self, schedule: Any, timeout: float) -> CompileResult:
         return self._m.compile(schedule)
@@ -134,6 +137,13 @@ class WorkerMeasurer:
         self.generation += 1
         self.info = self._start()
 
+    def program_key(self, schedule: Any, timeout: float) -> str | None:
+        try:
+            return self._call(("key", schedule), timeout)
+        except _Lost:
+            self._replace()
+            return None
+
     def compile(self, schedule: Any, timeout: float) -> CompileResult:
         try:
             return self._call(("compile", schedule), timeout)
@@ -200,6 +210,8 @@ def _serve(conn: Connection) -> int:
         try:
             if op == "compile":
                 reply: Any = measurer.compile(args[0])
+            elif op == "key":
+                reply = measurer.program_key(args[0])
             elif op == "time":
                 reply = measurer.time(*args)
             elif op == "drop":

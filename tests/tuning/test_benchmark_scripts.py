@@ -22,7 +22,7 @@ def test_tune_search_script(tmp_path: Path) -> None:
     data = json.loads(out.read_text())
     runs = data["models"]["TreeRNN:hidden=4,vocab=9"]["runs"]
     assert sorted(r["arm"] for r in runs) == ["model", "random"]
-    assert all(len(r["curve"]) == 2 and len(r["trials"]) == 2 for r in runs)
+    assert all(len(r["curve"]) == 2 and sum(t["measured"] for t in r["trials"]) == 2 for r in runs)
     assert data["models"]["TreeRNN:hidden=4,vocab=9"]["summary"]["seeds"] == 1
     assert png.stat().st_size > 0
 

@@ -86,7 +86,9 @@ def test_trials_are_stored_per_key_for_resuming(tmp_path: Path) -> None:
     store = RecordStore(tmp_path / "t.sqlite")
     key = RecordKey("g" * 32, "llvm", "d" * 32, "float32", "b8-n32-parse")
     trials = [Trial({"unroll": 2}, True, 0.8, 0.5, "", (1.0, 2.0), "b8-n32-parse", "s1"),
-              Trial({"unroll": 8}, False, None, 0.4, "compile failed: X", (1.0, 2.0), "b8-n32-parse", "s1")]
+              Trial({"unroll": 8}, False, None, 0.4, "compile failed: X", (1.0, 2.0), "b8-n32-parse", "s1"),
+              Trial({"unroll": 2, "threads": 1}, True, 0.8, 0.0, "", (1.0, 2.0), "b8-n32-parse", "s1",
+                    measured=False)]
     store.add_trials(key, trials)
     assert store.trials("g" * 32, "llvm", "d" * 32, "float32") == trials
     assert store.trials("g" * 32, "llvm", "d" * 32, "float64") == []

@@ -39,7 +39,9 @@ def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_tune_stores_a_record_that_compile_then_uses(db: Path) -> None:
     model = TreeRNN(hidden=8, vocab=11, seed=1)
     result = cortex.tune(model, "llvm", workload=SMALL, budget=6, isolate=False, progress=False)
-    assert len(result.trials) == 6 and result.stopped_by == "trials"
+    measured = [t for t in result.trials if t.measured]
+    assert len(measured) == 6 and result.stopped_by == "trials"
+    assert all(t.compile_s == 0.0 and t.ratio is not None or not t.ok for t in result.trials if not t.measured)
     cls = Workload.from_spec(model, SMALL).workload_class
     assert result.key.workload == cls and result.key.target == "llvm"
     assert result.curve == sorted(result.curve) and len(result.curve) == 6
@@ -47,16 +49,16 @@ def test_tune_stores_a_record_that_compile_then_uses(db: Path) -> None:
     assert result.speedup >= 1.0
     stored = RecordStore(db)
     assert [r.key for r in stored.records()] == [result.key]
-    assert len(stored.trials(result.key.graph, "llvm", result.key.device, "float32")) == 6
+    assert stored.trials(result.key.graph, "llvm", result.key.device, "float32") == result.trials
     exe = cortex.compile(model, target="llvm")
     assert exe.schedule == result.schedule
     assert exe.schedule_source.startswith(f"tuning record 1 (workload {cls}")
     # a second session resumes: earlier trials are not measured again
     again = cortex.tune(model, "llvm", workload=SMALL, budget=4, isolate=False, progress=False,
                         method="random", seed=1)
-    assert again.resumed == 6 and len(again.trials) == 4
+    assert again.resumed == 6 and sum(t.measured for t in again.trials) == 4
     keys = {json.dumps(t.schedule, sort_keys=True) for t in result.trials + again.trials}
-    assert len(keys) == 10
+    assert len(keys) == len(result.trials) + len(again.trials)
     assert again.record is not None and again.record.trials == 10
 
 
@@ -171,3 +173,18 @@ def test_tuned_workload_class_matches_at_compile(db: Path) -> None:
     out = exe([((1, 2), 3)])
     np.testing.assert_allclose(out.root("h"), cortex.compile(model, target="numpy",
                                schedule="default")([((1, 2), 3)]).root("h"), rtol=1e-4, atol=1e-5)
+
+
+def test_a_candidate_is_known_by_the_program_it_lowers_to() -> None:
+    model = TreeRNN(hidden=6, vocab=11, seed=2)
+    wl = Workload.from_spec(model, SMALL)
+    m = Measurer(model, "llvm", {}, "float32", wl.batches, reference_states(model, wl.batches))
+    info = m.baseline()
+    space = cortex.ScheduleSpace(info.capabilities, "float32")
+    assert True in space.knob("persistent").choices
+    default = space.default().to_dict()
+    same = {**default, "persistent": True}  # CPU caches keep weights resident: no program change
+    other = {**default, "unroll": 2}
+    assert m.program_key(default) == m.program_key(same) != m.program_key(other)
+    assert m.compile(other).program_key == m.program_key(other)
+    assert m.program_key({**default, "unroll": 3}) is None  # not legal: the compile says why
