@@ -167,6 +167,7 @@ class _Session:
         self.failures: list[str] = []
         self.history: list[Trial] = []  # this class's trials of earlier sessions
         self.programs: dict[str, tuple[float | None, str]] = {}  # program key -> (ratio, error)
+        self.requeued: list[Schedule] = []  # compiled, then lost with a replaced worker
         self.elites: dict[int, tuple[float, dict[str, Any], int]] = {}  # slot -> (ratio, knobs, gen)
         self.compile_times = [info.compile_s]
         self.bar = _Progress(budget.trials, f"tune {model_name} on {target} ({method})", progress)
@@ -185,7 +186,9 @@ class _Session:
                 if self.remaining() <= 0:
                     stopped = "seconds"
                     break
-                cands = self.proposer.propose(min(BATCH, self.budget.trials - self.measured()))
+                n = min(BATCH, self.budget.trials - self.measured())
+                cands, self.requeued = self.requeued[:n], self.requeued[n:]
+                cands += self.proposer.propose(n - len(cands)) if len(cands) < n else []
                 if not cands or len(self.trials) >= MAX_PROPOSALS * self.budget.trials:
                     stopped = "space"
                     break
@@ -220,8 +223,7 @@ class _Session:
         A candidate whose program was measured (or failed) before takes that result and is
         neither compiled nor timed: it does not count against the trial budget."""
         done: list[Trial] = []
-        pending: dict[int, tuple[dict[str, Any], float, str]] = {}  # slot -> (knobs, compile s, key)
-        generation = self.m.generation
+        pending: list[tuple[int, Schedule, float, str, int]] = []  # (slot, schedule, compile s, key, gen)
         for s in cands:
             typical = float(np.median(self.compile_times))
             if self.remaining() < typical:
@@ -244,17 +246,20 @@ class _Session:
                 self.m.drop([r.slot])
                 done.append(self._trial(knobs, r.check_s / self.info.check_s, r.compile_s))
             else:
-                pending[r.slot] = (knobs, r.compile_s, key)
+                pending.append((r.slot, s, r.compile_s, key, self.m.generation))
                 continue
             if key:
                 self.programs[key] = (done[-1].ratio, done[-1].error)
             self.bar.step()
-        if self.m.generation != generation:  # the worker was replaced: its slots are gone
-            pending, self.elites = {}, {}
+        # a worker replaced by a later candidate's timeout took these with it (and a new worker
+        # numbers its slots afresh): compile them again in the next batch
+        self.requeued += [p[1] for p in pending if p[4] != self.m.generation]
+        pending = [p for p in pending if p[4] == self.m.generation]
         if pending:
             timing_timeout = 120.0 + 5 * ROUNDS * (len(pending) + 1) * CUTOFF * self.info.seconds * self.info.inner
-            results = self.m.time(list(pending), ROUNDS, CUTOFF, timing_timeout)
-            for slot, (knobs, compile_s, key) in pending.items():
+            results = self.m.time([p[0] for p in pending], ROUNDS, CUTOFF, timing_timeout)
+            for slot, s, compile_s, key, _ in pending:
+                knobs = s.to_dict()
                 res = results.get(slot)
                 if res is None:
                     continue  # lost with a replaced worker: not a trial

@@ -188,3 +188,43 @@ def test_a_candidate_is_known_by_the_program_it_lowers_to() -> None:
     assert m.program_key(default) == m.program_key(same) != m.program_key(other)
     assert m.compile(other).program_key == m.program_key(other)
     assert m.program_key({**default, "unroll": 3}) is None  # not legal: the compile says why
+
+
+def test_candidates_lost_with_a_replaced_worker_are_measured_in_a_later_batch(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from cortex.tuning import worker
+    from cortex.tuning.measure import CompileResult
+
+    class Flaky(worker.InProcessMeasurer):
+        """The third compile overruns its timeout: the worker and its slots are replaced."""
+
+        def __init__(self, setup: dict) -> None:
+            super().__init__(setup)
+            self.generation, self.compiles, self.lost = 0, 0, {}
+            self.compiled: dict[int, dict] = {}
+
+        def compile(self, schedule: dict, timeout: float) -> CompileResult:
+            self.compiles += 1
+            if self.compiles != 3:
+                r = super().compile(schedule, timeout)
+                self.compiled[r.slot] = schedule
+                return r
+            self.lost = {s: self.compiled[s] for s in self._m._exes if s != 0}
+            self._m.drop(list(self.lost))
+            self._m._next, self.generation = 1, self.generation + 1  # a new worker's numbering
+            return CompileResult(None, False, timeout, "compile or check stopped: no answer")
+
+    made: list[Flaky] = []
+    monkeypatch.setattr(worker, "open_measurer", lambda setup, isolate: made.append(Flaky(setup)) or made[-1])
+    model = TreeRNN(hidden=6, vocab=11, seed=3)
+    result = cortex.tune(model, "llvm", workload=SMALL, budget=8, method="random", store=False,
+                         resume=False, progress=False)
+    assert sorted(made[0].lost) == [1, 2]  # two candidates compiled before the third stopped
+    measured = [t for t in result.trials if t.measured]
+    assert len(measured) == 8 and sum(not t.ok for t in measured) == 1
+    keys = [json.dumps(t.schedule, sort_keys=True) for t in result.trials]
+    assert len(keys) == len(set(keys))
+    # each lost candidate was compiled again later (or its program was measured meanwhile)
+    trials = {json.dumps(t.schedule, sort_keys=True): t for t in result.trials}
+    assert all(trials[json.dumps(s, sort_keys=True)].ok for s in made[0].lost.values())
+    assert result.speedup >= 1.0
