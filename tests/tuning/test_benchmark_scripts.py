@@ -34,3 +34,21 @@ def test_tune_lookup_script(tmp_path: Path) -> None:
     data = json.loads(out.read_text())
     assert data["records_in_db"] == 6 and 0 < data["lookup_s"] < 5
     assert len(data["all"]["wall"]["auto"]) == 2
+
+
+def test_tune_zoo_script(tmp_path: Path) -> None:
+    out, png = tmp_path / "z.json", tmp_path / "z.png"
+    subprocess.run([sys.executable, str(BENCH / "tune_zoo.py"), "--models", "TreeLSTM", "--targets", "llvm",
+                    "--hidden", "8", "--tokens", "4", "--batches", "1,2", "--tune-trials", "2", "--tune-batch", "2",
+                    "--rounds", "1", "--peers", "numpy", "--out", str(out), "--plot", str(png)],
+                   check=True, timeout=600)
+    data = json.loads(out.read_text())
+    assert [(r["model"], r["target"], r["batch"]) for r in data["summary"]] == [
+        ("TreeLSTM", "llvm", 1), ("TreeLSTM", "llvm", 2)]
+    row = data["summary"][0]
+    assert row["best_peer"] == "numpy_levels" and row["default_ms"] > 0 and row["tuned_ms"] > 0
+    assert row["search"]["trials_measured"] == 2 and row["search"]["workload"].startswith("b2-")
+    sources = {c["contender"]: c["schedule_source"] for c in data["bench"]["compile"]}
+    assert sources["llvm-default"] == "default rules"
+    assert sources["llvm-tuned"].startswith("tuning record 1 (workload b2-")
+    assert png.stat().st_size > 0
