@@ -13,6 +13,7 @@ import pytest
 
 import cortex
 from cortex.cli import main as cli_main
+from cortex.core.plugin import hostinfo
 from cortex.models import TreeRNN
 from cortex.testing import zoo
 from cortex.testing.runner import reference, structures
@@ -111,30 +112,38 @@ def test_the_worker_measures_and_is_replaced_after_a_timeout() -> None:
         w.close()
 
 
-@pytest.mark.parametrize("model_id, dtype, spec", [
-    ("TreeLSTM", "float32", WorkloadSpec(batch_size=3, nodes=16, batches=1)),
-    ("TreeLSTM", "float64", WorkloadSpec(batch_size=3, nodes=16, batches=1)),
-    ("ChildSumTreeLSTM", "float32", WorkloadSpec(batch_size=3, nodes=16, batches=1)),
-    ("DAGRNN", "float64", WorkloadSpec(batch_size=2, nodes=20, shape="grid", batches=1)),
-    ("SeqGRU", "float32", WorkloadSpec(batch_size=3, nodes=16, batches=1, shape="chain")),
-    ("MVRNN", "float32", WorkloadSpec(batch_size=2, nodes=12, batches=1)),
+REQUIRED = {n.strip() for n in os.environ.get("CORTEX_TEST_REQUIRE", "").split(",")}
+_opencl = hostinfo.opencl_devices()
+OPENCL = pytest.mark.skipif(not _opencl.devices and "opencl" not in REQUIRED,
+                            reason=f"OpenCL unavailable: no OpenCL device: {_opencl.error}")
+
+
+@pytest.mark.parametrize("model_id, dtype, spec, target", [
+    ("TreeLSTM", "float32", WorkloadSpec(batch_size=3, nodes=16, batches=1), "llvm"),
+    ("TreeLSTM", "float64", WorkloadSpec(batch_size=3, nodes=16, batches=1), "llvm"),
+    ("ChildSumTreeLSTM", "float32", WorkloadSpec(batch_size=3, nodes=16, batches=1), "llvm"),
+    ("DAGRNN", "float64", WorkloadSpec(batch_size=2, nodes=20, shape="grid", batches=1), "llvm"),
+    ("SeqGRU", "float32", WorkloadSpec(batch_size=3, nodes=16, batches=1, shape="chain"), "llvm"),
+    ("MVRNN", "float32", WorkloadSpec(batch_size=2, nodes=12, batches=1), "llvm"),
+    pytest.param("TreeLSTM", "float32", WorkloadSpec(batch_size=3, nodes=16, batches=1), "opencl",
+                 marks=OPENCL),
 ])
 def test_tuned_schedules_pass_the_conformance_families(db: Path, model_id: str, dtype: str,
-                                                       spec: WorkloadSpec) -> None:
+                                                       spec: WorkloadSpec, target: str) -> None:
     """The stored schedule and the best measured candidate (tuned on one workload) agree
     with the float64 reference on every structure family of the conformance suite."""
     model = zoo.get(model_id).model()
-    result = cortex.tune(model, "llvm", workload=spec, dtype=dtype, budget=3, seed=3,
+    result = cortex.tune(model, target, workload=spec, dtype=dtype, budget=3, seed=3,
                          isolate=False, progress=False, from_default=False)
     ranked = sorted((t for t in result.trials if t.ok), key=lambda t: t.ratio)[:1]
     schedules = [None] + [t.schedule for t in ranked]  # None: schedule="auto", the record
     for sched in schedules:
-        exe = cortex.compile(model, target="llvm", dtype=dtype,
+        exe = cortex.compile(model, target=target, dtype=dtype,
                              **({"schedule": sched} if sched is not None else {}))
         if sched is None:
             assert exe.schedule == result.schedule
         for fam in FAMILIES:
-            if fam == "long_chain" or not_applicable(fam, model.arity) is not None:
+            if not_applicable(fam, model.arity) is not None:
                 continue
             out = exe(structures(model_id, fam))
             got = {s: out.nodes(s) for s in out.states}
