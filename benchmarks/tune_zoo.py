@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tune-batch", type=int, default=10, help="structures per tuning batch")
     p.add_argument("--tune-batches", type=int, default=3, help="batches in the tuning workload")
     p.add_argument("--tune-trials", type=int, default=0, help="trial budget (0: the default)")
-    p.add_argument("--opencl-trials", type=int, default=16, help="trial budget on opencl")
+    p.add_argument("--opencl-trials", type=int, default=8, help="trial budget on opencl")
     p.add_argument("--tune-seconds", type=float, default=0, help="time budget (0: the default)")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--peers", default=None, help="peers or families (default: every installed one)")
