@@ -49,6 +49,7 @@ def run_arm(model: Any, arm: str, *, trials: int, seed: int, target: str, option
                     seed=seed, from_default=from_default, resume=False, store=False,
                     progress=False, compile_timeout=compile_timeout, **options)
     return {"arm": arm, "seed": seed, "curve": r.curve, "verified_speedup": r.speedup,
+            "final_check": r.final_check,
             "winner": r.schedule.to_dict(), "elapsed_s": time.perf_counter() - t0,
             "workload": r.key.workload, "failures": r.failures,
             "trials": [{"schedule": t.schedule, "ok": t.ok, "ratio": t.ratio, "measured": t.measured,

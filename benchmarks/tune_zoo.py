@@ -81,7 +81,8 @@ def tune_one(name: str, target: str, args: argparse.Namespace) -> dict[str, Any]
             "trials_measured": len(measured), "trials_valid": len(ratios),
             "same_program_as_earlier": len(r.trials) - len(measured),
             "best_search_speedup": 1.0 / min(ratios) if ratios else None,
-            "verified_speedup": r.speedup, "schedule": r.schedule.to_dict(),
+            "verified_speedup": r.speedup, "final_check": r.final_check,
+            "schedule": r.schedule.to_dict(),
             "failures": r.failures, "curve": r.curve,
             "summary": r.summary()}
 

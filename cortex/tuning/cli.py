@@ -144,6 +144,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({"summary": result.summary(), "speedup": result.speedup,
                           "schedule": result.schedule.to_dict(), "workload": result.key.workload,
                           "trials": len(result.trials), "curve": result.curve,
+                          "final_check": result.final_check,
                           "record": result.record.id if result.record else None,
                           "database": str(store.path)}, indent=2))
     else:

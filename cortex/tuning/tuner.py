@@ -81,16 +81,22 @@ class TuneResult:
     elapsed_s: float = 0.0
     stopped_by: str = ""  # "trials", "seconds", "space" (nothing new to try), "interrupted"
     failures: list[str] = field(default_factory=list)  # legal schedules that failed: bugs
+    # the final check: per finalist, its knobs, its ratio in the search and in the check
+    # (candidate time / default time; None: it could not be compiled again)
+    final_check: list[dict[str, Any]] = field(default_factory=list)
 
     def summary(self) -> str:
         ok = sum(t.ok for t in self.trials if t.measured)
         measured = sum(t.measured for t in self.trials)
         same = len(self.trials) - measured
         chosen = "the default rules" if self.speedup == 1.0 else "a tuned schedule"
+        checked = [f"{1 / c['search_ratio']:.2f}x -> {1 / c['verified_ratio']:.2f}x"
+                   for c in self.final_check if c["verified_ratio"]]
+        final = f"; finalists (search -> final check): {', '.join(checked)}" if checked else ""
         return (f"{measured} trials ({ok} valid, {self.resumed} resumed; {same} more candidates "
                 f"gave programs already measured) in "
                 f"{self.elapsed_s:.0f} s, stopped by {self.stopped_by}; workload "
-                f"{self.key.workload}; {chosen}: {self.speedup:.2f}x the default's speed")
+                f"{self.key.workload}; {chosen}: {self.speedup:.2f}x the default's speed{final}")
 
 
 def tune(model: Any, target: str = "llvm", *, workload: Any = None, budget: Budget | int | None = None,
@@ -169,6 +175,7 @@ class _Session:
         self.programs: dict[str, tuple[float | None, str]] = {}  # program key -> (ratio, error)
         self.requeued: list[Schedule] = []  # compiled, then lost with a replaced worker
         self.elites: dict[int, tuple[float, dict[str, Any], int]] = {}  # slot -> (ratio, knobs, gen)
+        self.final_check: list[dict[str, Any]] = []
         self.compile_times = [info.compile_s]
         self.bar = _Progress(budget.trials, f"tune {model_name} on {target} ({method})", progress)
 
@@ -304,8 +311,10 @@ class _Session:
         ranked = sorted((t for t in self.history + self.trials if t.ok and t.ratio and t.ratio < 1.0),
                         key=lambda t: t.ratio)
         chosen: dict[str, dict[str, Any]] = {}
+        search_ratio: dict[str, float] = {}
         for t in ranked:
             chosen.setdefault(schedule_key(t.schedule), t.schedule)
+            search_ratio.setdefault(schedule_key(t.schedule), t.ratio)
             if len(chosen) == ELITES:
                 break
         if not chosen:
@@ -323,6 +332,9 @@ class _Session:
             return None, 1.0, self.info.seconds
         timeout = 120.0 + 5 * VERIFY_ROUNDS * (len(slots) + 1) * self.info.seconds * self.info.inner
         results = self.m.time(list(slots), VERIFY_ROUNDS, math.inf, timeout)
+        verified = {schedule_key(knobs): results[s].ratio for s, knobs in slots.items() if s in results}
+        self.final_check = [{"schedule": knobs, "search_ratio": search_ratio[k],
+                             "verified_ratio": verified.get(k)} for k, knobs in chosen.items()]
         if not results:
             return None, 1.0, self.info.seconds
         slot = min(results, key=lambda s: results[s].ratio)
@@ -357,7 +369,7 @@ class _Session:
         return TuneResult(schedule=schedule, speedup=speedup, key=self.key, workload=self.wl,
                           method=self.method, record=stored, trials=self.trials, curve=self.curve,
                           resumed=sum(t.measured for t in self.history), elapsed_s=time.perf_counter() - self.t0,
-                          stopped_by=stopped, failures=self.failures)
+                          stopped_by=stopped, failures=self.failures, final_check=self.final_check)
 
 
 class _Progress:

@@ -48,6 +48,11 @@ def test_tune_stores_a_record_that_compile_then_uses(db: Path) -> None:
     assert result.curve == sorted(result.curve) and len(result.curve) == 6
     assert result.record is not None and result.record.id == 1
     assert result.speedup >= 1.0
+    # the finalists: the best candidates faster than the default in the search, timed again
+    faster = sorted(t.ratio for t in measured if t.ok and t.ratio < 1.0)
+    assert [c["search_ratio"] for c in result.final_check] == faster[:3]
+    verified = [c["verified_ratio"] for c in result.final_check if c["verified_ratio"]]
+    assert result.speedup == 1.0 or result.speedup == pytest.approx(1 / min(verified))
     stored = RecordStore(db)
     assert [r.key for r in stored.records()] == [result.key]
     assert stored.trials(result.key.graph, "llvm", result.key.device, "float32") == result.trials
