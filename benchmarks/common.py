@@ -1,5 +1,25 @@
-"""Inputs, FLOP counts and checks of the benchmarks, for the scripts and tests that import them
-from here: they live in :mod:`cortex.bench.workloads` (what ``cortex bench`` runs)."""
+"""Inputs, FLOP counts, checks and the JSON writer of the benchmark scripts and tools that import
+them from here: they live in :mod:`cortex.bench` (what ``cortex bench`` runs)."""
 
 from cortex.bench.workloads import (batch_shape, flops, make_trees, max_error,  # noqa: F401
                                     parse_like_tree, tree_height)
+
+
+def environment() -> dict:
+    """The machine and versions a run was measured on (as ``cortex bench`` records them)."""
+    from cortex.bench.environment import host, versions
+
+    return {**host(), "versions": versions()}
+
+
+def write_json(doc: dict, out: str) -> None:
+    """``doc`` as JSON to the file ``out``, or to stdout when ``out`` is empty."""
+    import json
+    from pathlib import Path
+
+    from cortex.bench.run import write_json as write_file
+
+    if out:
+        write_file(doc, Path(out))
+    else:
+        print(json.dumps(doc, indent=1))

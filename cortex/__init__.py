@@ -6,6 +6,7 @@ pycuda). Plugins are loaded on first use — ``cortex.compile`` or ``cortex info
 Public API:
 
 * :func:`compile` — ``cortex.compile(model, target="llvm", **options)``
+* :func:`compile_only` — the same stages up to the target's compiler, without a device
 * :func:`trace` — ``cortex.trace(model)`` gives the model's RecursiveGraph
 * :func:`load` — ``cortex.load(path)`` reads what ``exe.save(path)`` or ``model.save(path)``
   wrote (``cortex.core.persist``)
@@ -23,7 +24,7 @@ Public API:
 * the error classes, all derived from :class:`CortexError`
 """
 
-from cortex.core.api import compile, resolve_target
+from cortex.core.api import compile, compile_only, resolve_target
 from cortex.core.errors import (
     CortexError,
     InvalidOptionError,
@@ -88,6 +89,7 @@ __all__ = [
     "TargetOption",
     "UnknownTargetError",
     "compile",
+    "compile_only",
     "hookimpl",
     "load",
     "resolve_target",

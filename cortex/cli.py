@@ -2,11 +2,14 @@
 
 Pipeline position: outside the pipeline; it reports what the plugin system and the host offer.
 
-``cortex info`` lists the plugins (version, source, hooks) and any plugin that failed, every
-target with its aliases, options, *enabled* and *runnable* states and their reasons, the host
-(CPU and SIMD features, OpenCL devices, nvcc, GPU) and the plugin environment switches.
-``cortex info --json`` prints the same as JSON. ``cortex cache`` shows the compile cache
-(``cortex.core.diskcache``: its directory and each namespace's entries); ``--clear`` empties it.
+``cortex info`` lists the plugins (version, source, hooks) and any plugin that failed, the
+compile options every target accepts, every target with its aliases, own options, *enabled*
+and *runnable* states and their reasons, the host (CPU and SIMD features, OpenCL devices, nvcc,
+GPU) and the plugin environment switches. ``cortex info --json`` prints the same as JSON.
+``cortex demo`` runs the zoo's TreeLSTM on a target (``cortex.plugins.cpu_llvm.demo``).
+``cortex cache`` shows the compile cache (``cortex.core.diskcache``: its directory and each
+namespace's entries); ``--clear`` empties it. ``cortex run`` runs a model over a corpus on Ray
+(``cortex/distributed/command.py``, ``docs/distributed.md``).
 ``cortex tune`` tunes a model's schedule and manages the tuning records (``cortex.tuning.cli``).
 """
 
@@ -17,6 +20,27 @@ import json
 import os
 import sys
 from typing import Any, Sequence
+
+
+#: What each shared compile option defaults to, in words (``cortex.core.pipeline.CompileOptions``).
+SHARED_DEFAULTS = {
+    "dtype": "the model's dtype",
+    "schedule": "the target's default schedule",
+    "dump": "none",
+    "passes": "cortex.core.passes.pipeline.DEFAULT_PASSES",
+    "max_table_mib": "128 on CPU targets, 64 on a device",
+}
+
+
+def shared_options() -> list[dict[str, str]]:
+    """The options every target accepts (``cortex.core.pipeline.SHARED_OPTIONS``), with their
+    defaults and allowed values."""
+    from cortex.core import pipeline
+
+    allowed = getattr(pipeline, "_ALLOWED", {})  # the words compile-option errors use
+    return [{"name": name, "default": SHARED_DEFAULTS.get(name, "none"),
+             "allowed": allowed.get(name, "see cortex.core.pipeline")}
+            for name in pipeline.SHARED_OPTIONS]
 
 
 def collect_info() -> dict[str, Any]:
@@ -61,6 +85,7 @@ def collect_info() -> dict[str, Any]:
         ],
         "plugins_skipped": [{"name": n, "why": why} for n, why in system.skipped],
         "plugin_environment": system.environment_info(),
+        "shared_options": shared_options(),
         "targets": targets,
         "host": hostinfo.summary(),
         "switches": {name: os.environ.get(name, "") for name in ENV_SWITCHES},
@@ -84,6 +109,9 @@ def format_info(info: dict[str, Any]) -> str:
         lines.append(f"  FAILED {f['name']} [{f['source']}] at {f['stage']}: {f['error']}")
     for s in info["plugins_skipped"]:
         lines.append(f"  skipped {s['name']}: {s['why']}")
+    lines += ["", "Shared options (every target): cortex.compile(model, target=..., OPTION=value)"]
+    for o in info["shared_options"]:
+        lines.append(f"  option {o['name']} (default: {o['default']}): {o['allowed']}")
     lines += ["", "Targets:"]
     for t in info["targets"]:
         aliases = f" (alias {', '.join(t['aliases'])})" if t["aliases"] else ""
@@ -94,7 +122,8 @@ def format_info(info: dict[str, Any]) -> str:
                 text += f"  → fix: {t[state + '_fix']}"
             lines.append(text)
         for o in t["options"]:
-            lines.append(f"    option {o['name']}={o['default']!r}: {o['allowed']}")
+            about = f" — {o['help']}" if o["help"] else ""
+            lines.append(f"    option {o['name']}={o['default']!r}: {o['allowed']}{about}")
     if not info["targets"]:
         lines.append("  (none: no plugin registered a target)")
     lines += ["", "Host:"]
@@ -102,6 +131,16 @@ def format_info(info: dict[str, Any]) -> str:
     lines += ["", "Plugin switches (environment):"]
     lines += [f"  {name}={value!r}" for name, value in info["switches"].items()]
     return "\n".join(lines)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return value
 
 
 def format_cache(found: dict[str, Any]) -> str:
@@ -127,10 +166,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     info = commands.add_parser("info", help="plugins, targets (enabled/runnable) and the host")
     info.add_argument("--json", action="store_true", help="print JSON instead of text")
-    demo = commands.add_parser("demo", help="TreeLSTM on the bundled sentences: outputs and "
-                               "latency on the default CPU target next to the NumPy reference")
-    demo.add_argument("--target", default="llvm", help="target to compile for (default: llvm)")
-    demo.add_argument("--hidden", type=int, default=256, help="hidden size (default: 256)")
+    demo = commands.add_parser(
+        "demo", help="the zoo's TreeLSTM on the bundled sentences: outputs and latency on a "
+        "target next to the NumPy reference",
+        description="Compile the zoo's TreeLSTM for a target and run it on the bundled example "
+        "sentences, next to the NumPy reference. A target that cannot run here is an error "
+        "(exit status 1); `cortex info` says what each target needs.")
+    demo.add_argument("--target", default="llvm",
+                      help="target to compile for (default: llvm; `cortex info` lists them)")
+    demo.add_argument("--hidden", type=_positive_int, default=256, help="hidden size (default: 256)")
+    demo.add_argument("-v", "--verbose", action="store_true", help="also print the schedule")
     bench = commands.add_parser("bench", help="benchmark: models x targets x installed peers, "
                                 "timed fairly; JSON, report.md and plots (docs/bench.md)")
     from cortex.bench.options import add_arguments as add_bench_arguments
@@ -142,6 +187,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from cortex.tuning import cli as tune_cli
 
     tune_cli.add_parser(commands)
+
+    from cortex.distributed.command import add_run_parser
+
+    add_run_parser(commands)
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
@@ -152,10 +201,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return bench_main(from_args(args))
     if args.command == "demo":
-        from cortex.plugins.cpu_llvm.demo import run_demo
+        from cortex.plugins.cpu_llvm.demo import DemoError, run_demo
 
-        run_demo(target=args.target, hidden=args.hidden)
+        try:
+            run_demo(target=args.target, hidden=args.hidden, verbose=args.verbose)
+        except DemoError as exc:
+            print(f"cortex demo: error: {exc}", file=sys.stderr)
+            return 1
         return 0
+    if args.command == "run":
+        from cortex.distributed.command import run_command
+
+        return run_command(args)
     if args.command == "cache":
         from cortex.core.diskcache import report
 

@@ -11,7 +11,7 @@ Pipeline position: outside the compiler pipeline; a user-facing tool built on th
   (:mod:`~cortex.bench.timing`);
 * :mod:`~cortex.bench.run` -- the rounds and the JSON; :mod:`~cortex.bench.summary` -- ratios;
 * :mod:`~cortex.bench.report` -- ``report.md`` and the plots (matplotlib: ``pip install
-  'cortex[bench]'``).
+  'cortex-compiler[bench]'``).
 
 ``docs/bench.md`` is the user's guide and describes the JSON.
 """

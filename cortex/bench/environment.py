@@ -19,7 +19,7 @@ from typing import Any
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                     "OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
-DISTRIBUTIONS = ("cortex", "numpy", "llvmlite", "pyopencl", "pycuda", "torch", "dyNET38",
+DISTRIBUTIONS = ("numpy", "llvmlite", "pyopencl", "pycuda", "torch", "dyNET38",
                  "dynet", "matplotlib", "threadpoolctl", "pluggy")
 
 
@@ -86,7 +86,9 @@ def host() -> dict[str, Any]:
 
 def versions() -> dict[str, str | None]:
     """Installed versions of Cortex and of every library a contender may use (None: absent)."""
-    out: dict[str, str | None] = {}
+    from cortex import __version__  # the one running (the package index's `cortex` is another project)
+
+    out: dict[str, str | None] = {"cortex": __version__}
     for name in DISTRIBUTIONS:
         try:
             out[name] = importlib.metadata.version(name)

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cortex.core.plugin.distribution import pip_install
+
 AXES = (("batch", "batch size (inputs per call)"), ("tokens", "tree size (tokens per input)"),
         ("hidden", "hidden size"))
 TARGET_COLORS = {"llvm": "#1f4e9c", "opencl": "#2e8b3a", "cuda": "#6a3d9a", "numpy": "#7f7f7f"}
@@ -296,7 +298,7 @@ def write_report(doc: dict[str, Any], out: Path, plots: bool = True) -> Written:
             images.append(name)
             w.files.append(out / name)
     elif plots:
-        w.messages.append("matplotlib is not installed: no plots (pip install 'cortex[bench]', "
+        w.messages.append(f"matplotlib is not installed: no plots ({pip_install('bench')}, "
                           f"then: python -m cortex.bench.report {out / 'bench.json'})")
     (out / "report.md").write_text(markdown(doc, images), encoding="utf-8")
     w.files.append(out / "report.md")

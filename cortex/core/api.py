@@ -1,10 +1,15 @@
 """The front door: ``cortex.compile(model, target="llvm", **options)``.
 
 Pipeline position: the entry of the whole pipeline. :func:`compile` resolves the target first
-(:func:`resolve_target`) — unknown name, target not enabled here, bad option: each a clear error
-before any work — and then hands the model, the target and the validated options to
-:func:`run_pipeline`, the single hand-off point to trace → graph passes → lower → schedule →
-codegen → runtime.
+(:func:`resolve_target`) — unknown name, target not enabled here, bad option, and then a target
+that cannot run here: each a clear error before any work (nothing traced, compiled or dumped)
+— and then hands the model, the target and the validated options to :func:`run_pipeline`, the
+single hand-off point to trace → graph passes → lower → schedule → codegen → runtime.
+
+:func:`compile_only` runs the same stages up to and including the target's compiler, with no
+device: it is how code for a target that cannot run here (``cuda`` without a GPU) is generated,
+compiled and inspected (``dump=`` writes every stage), and what the conformance suite's
+compile-only part uses.
 
 Compile options: every target accepts the shared options ``dtype`` (``"float32"`` or
 ``"float64"``; default: the model's), ``schedule`` (``"auto"``, the default: the matching
@@ -19,10 +24,16 @@ Plugins are loaded here on first use, not when ``cortex`` is imported.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from cortex.core.errors import NotYetImplementedError, TargetNotEnabledError
+from cortex.core.errors import NotYetImplementedError, TargetNotEnabledError, TargetNotRunnableError
 from cortex.core.plugin.targets import Target
+
+#: How to get the code of a target that cannot run here (the end of ``cortex.compile``'s error).
+COMPILE_ONLY_HINT = ("cortex.compile builds an executable, which needs the device; "
+                     "cortex.compile_only(model, target={target!r}, ...) generates and compiles "
+                     "the code without one (dump= writes every stage)")
 
 
 def resolve_target(target: str, options: dict[str, Any] | None = None) -> tuple[Target, dict[str, Any]]:
@@ -43,21 +54,63 @@ def resolve_target(target: str, options: dict[str, Any] | None = None) -> tuple[
     return resolved, resolved.resolve_options(options or {})
 
 
+def require_runnable(target: Target) -> None:
+    """Raise :class:`~cortex.core.errors.TargetNotRunnableError` (the reason, the fix, and
+    :data:`COMPILE_ONLY_HINT`) unless ``target`` can run here."""
+    runnable = target.runnable()
+    if not runnable:
+        raise TargetNotRunnableError(target.name, runnable.reason, runnable.fix,
+                                     COMPILE_ONLY_HINT.format(target=target.name))
+
+
 def compile(model: Any, target: str = "llvm", **options: Any) -> Any:  # noqa: A001 (API name)
     """Compile ``model`` for ``target`` (a name or alias, e.g. ``"llvm"``/``"cpu"``,
     ``"opencl"``, ``"cuda"``, ``"numpy"``, or a plugin's target) with the shared options
-    (``dtype``, ``schedule``, ``dump``, ``passes``) and the target's own ``options``.
+    (``dtype``, ``schedule``, ``passes``, ``max_table_mib``, ``dump``) and the target's own
+    ``options``.
 
     Returns a :class:`~cortex.core.runtime.executable.Executable`: ``exe(structures)`` gives
     :class:`~cortex.core.runtime.outputs.Outputs`. Run ``cortex info`` to list the targets, their
-    options and whether they are enabled here. Errors about options come before any work:
-    :class:`~cortex.core.errors.InvalidOptionError` names the option and what is allowed.
+    options and whether they are enabled and runnable here. Errors come before any work:
+    :class:`~cortex.core.errors.InvalidOptionError` names the option and what is allowed, and
+    a target that cannot run here raises
+    :class:`~cortex.core.errors.TargetNotRunnableError` (see :func:`compile_only`).
     """
     from cortex.core.pipeline import split_options
 
     shared, own = split_options(options)
     resolved, resolved_options = resolve_target(target, own)
+    require_runnable(resolved)
     return run_pipeline(model, resolved, {**resolved_options, **shared})
+
+
+@dataclass(frozen=True)
+class CompiledCode:
+    """What :func:`compile_only` produces: the scheduled LoopProgram, its schedule, the
+    rendered source, the target compiler's artifact and its cache key."""
+
+    target: str
+    program: Any
+    schedule: Any
+    source: Any
+    artifact: Any
+    cache_key: str
+
+
+def compile_only(model: Any, target: str = "llvm", **options: Any) -> CompiledCode:
+    """Every stage of :func:`compile` up to and including the target's compiler — trace, graph
+    passes, lower, schedule, render, compile — with the same options, but no executable: the
+    params are not prepared and no device is touched, so it works for a target that is enabled
+    but cannot run here (``cuda`` compiled by nvcc on a machine without a GPU). ``dump=``
+    writes every stage."""
+    from cortex.core.pipeline import build_artifact, compile_options, split_options
+
+    shared, own = split_options(options)
+    resolved, resolved_options = resolve_target(target, own)
+    built = build_artifact(model, resolved, resolved_options,
+                           compile_options(resolved.name, shared), prepare_params=False)
+    return CompiledCode(resolved.name, built.lowered.program, built.lowered.schedule,
+                        built.source, built.artifact, built.cache_key)
 
 
 class PipelineNotAvailableError(NotYetImplementedError):

@@ -46,13 +46,18 @@ class TargetNotEnabledError(CortexError, RuntimeError):
 
 
 class TargetNotRunnableError(CortexError, RuntimeError):
-    """The target can generate code but cannot run it here (e.g. no device or driver)."""
+    """The target can generate code but cannot run it here (e.g. no device or driver).
 
-    def __init__(self, target: str, reason: str, fix: str = ""):
+    ``hint``, when given, ends the message: what can be done here instead (``cortex.compile``
+    says that ``cortex.compile_only`` generates and compiles the code without a device)."""
+
+    def __init__(self, target: str, reason: str, fix: str = "", hint: str = ""):
         self.target, self.reason, self.fix = target, reason, fix
-        message = f"target {target!r} can compile but cannot run here: {reason}"
+        message = f"target {target!r} cannot run here: {reason}"
         if fix:
             message += f". To fix: {fix}"
+        if hint:
+            message += f". {hint}"
         super().__init__(message)
 
 

@@ -5,7 +5,9 @@ target and its options are resolved; returns the :class:`~cortex.core.runtime.ex
 
 Stages (``docs/architecture.md``), each dumped by ``dump=`` as one numbered file::
 
-    00_options.json          target, target options, dtype, schedule, passes
+    00_options.json          target, target options, dtype, passes, the schedule: every knob's
+                             value, where it came from (``schedule_sources``: "user" or its
+                             default rule) and what it did (``schedule_notes``)
     01_graph.txt             trace:          model -> RecursiveGraph
     02_graph_passes.txt      graph passes:   RecursiveGraph -> RecursiveGraph (``passes=``)
     03_loops.txt             lower:          RecursiveGraph -> LoopProgram, unscheduled
@@ -213,19 +215,15 @@ def _resolve_passes(target: str, value: Any) -> tuple[GraphPass, ...]:
     return tuple(passes)
 
 
-def resolve_schedule(target: str, space: "ScheduleSpace", given: Any) -> "Schedule":
-    """The schedule to compile with: the space's default (for ``None``, ``"auto"`` and
-    ``"default"``: the tuning records are read later, see :func:`build_artifact`), a knob dict
-    over it, or a given Schedule — validated against the target's space (InvalidOptionError
-    otherwise)."""
+def resolve_schedule(target: str, space: "ScheduleSpace", given: Any) -> tuple["Schedule", dict[str, str]]:
+    """The schedule to compile with and where each knob's value came from: the space's
+    default rules (for ``None``, ``"auto"`` and ``"default"``: the tuning records are read
+    later, see :func:`build_artifact`), a knob dict over them, or a given Schedule — validated
+    against the target's space (InvalidOptionError otherwise). See ``ScheduleSpace.resolve``."""
     from cortex.core.lowering.schedule import Schedule, ScheduleError
 
     try:
-        if given is None or given in SCHEDULE_WORDS:
-            return space.default()
-        if isinstance(given, Schedule):
-            return space.validate(given)
-        return space.with_knobs(**given)
+        return space.resolve(None if given in SCHEDULE_WORDS else given)
     except ScheduleError as e:
         raise InvalidOptionError(target, "schedule", given.to_dict() if isinstance(given, Schedule)
                                  else given, f"a legal schedule for this target: {e}") from None
@@ -233,8 +231,9 @@ def resolve_schedule(target: str, space: "ScheduleSpace", given: Any) -> "Schedu
 
 def neutral_schedule(schedule: "Schedule") -> "Schedule":
     """``schedule`` with every loop-shaping knob neutral (what stage 03 lowers with)."""
-    return replace(schedule, tile_hidden=0, vector_width=1, unroll=1,
-                   weight_layout="row_major", persistent=False)
+    return replace(schedule, tile_hidden=0, vector_width=1, unroll=1, weight_layout="row_major",
+                   persistent=False, interchange=False, node_jam=1, wide_lanes=0, prefetch=0,
+                   node_chunk=1)
 
 
 def source_extension(backend: "Backend", source: Any) -> str:
@@ -331,7 +330,7 @@ def build_artifact(model: Any, target: "Target", target_options: Mapping[str, An
     except ScheduleError as e:
         raise InvalidOptionError(target.name, "dtype", dtype, f"a float type this target "
                                  f"supports ({e})") from None
-    schedule = resolve_schedule(target.name, space, options.schedule)
+    schedule, provenance = resolve_schedule(target.name, space, options.schedule)
     auto = options.schedule is None or options.schedule == "auto"
     source_of_schedule = ("default rules" if options.schedule == "default"
                           else "given by the caller")
@@ -340,10 +339,10 @@ def build_artifact(model: Any, target: "Target", target_options: Mapping[str, An
     dump.write("graph", traced)
     fingerprint = graph_fingerprint(traced, given, table_elements)  # tuning records' key
     if auto:
-        schedule, source_of_schedule = _recorded_schedule(fingerprint, target, target_options,
-                                                          backend, space, options.workload)
+        schedule, provenance, source_of_schedule = _recorded_schedule(
+            fingerprint, target, target_options, backend, space, options.workload)
     # a second process finds the passes' graph and the scheduled program in the disk cache
-    lowered_key = stage_cache.lowered_key(traced, given, table_elements, schedule, caps, dtype)
+    lowered_key = stage_cache.lowered_key(traced, given, table_elements, schedule, caps, dtype, provenance)
     lowered = stage_cache.load_lowered(lowered_key)
     graph = lowered.graph if lowered is not None else run_passes(traced, passes)
     # The params' tables (derived params: big matmuls and elementwise passes in NumPy, which
@@ -352,19 +351,24 @@ def build_artifact(model: Any, target: "Target", target_options: Mapping[str, An
     bound = _Worker(_bind_and_snapshot, graph, model.params, dtype, deferred) if prepare_params else None
     try:
         dump.write("graph_passes", graph)
-        dump.write("options", lambda: json.dumps({
+        options_doc = {
             "target": target.name, "target_options": dict(target_options), "dtype": dtype,
             "schedule": schedule.to_dict(), "schedule_source": source_of_schedule,
+            "schedule_sources": provenance,
             "passes": [p.__name__ for p in passes],
             "max_table_mib": table_mib, "tables_filled_on_use": deferred,
-        }, indent=2, sort_keys=True, default=repr))
+        }
+        dump.write("options", lambda: json.dumps(options_doc, indent=2, sort_keys=True, default=repr))
         if dump:
             dump.write("loops", str(lower(graph, neutral_schedule(schedule), caps, dtype).program))
 
         if lowered is None:
-            lowered = lower(graph, schedule, caps, dtype)  # verified against caps by lower itself
+            lowered = lower(graph, schedule, caps, dtype, provenance)  # verified against caps by lower itself
             stage_cache.store_lowered(lowered_key, lowered)
         dump.write("loops_scheduled", lowered.program)
+        if dump:  # and what each knob did
+            options_doc["schedule_notes"] = list(lowered.notes)
+            dump.write("options", lambda: json.dumps(options_doc, indent=2, sort_keys=True, default=repr))
         source, _ = stage_cache.render(backend.renderer, lowered.program)
         dump.write("source", source, source_extension(backend, source))
         key = backend.compiler.cache_key(source, target_options)
@@ -380,9 +384,10 @@ def build_artifact(model: Any, target: "Target", target_options: Mapping[str, An
 
 def _recorded_schedule(fingerprint: str | None, target: "Target", target_options: Mapping[str, Any],
                        backend: "Backend", space: "ScheduleSpace", workload: str | None
-                       ) -> tuple["Schedule", str]:
-    """``schedule="auto"``: the best matching tuning record's schedule, else the default
-    (``cortex.tuning.records.auto_schedule``; reading them imports only sqlite3)."""
+                       ) -> tuple["Schedule", dict[str, str], str]:
+    """``schedule="auto"``: the best matching tuning record's schedule, else the default; with
+    where each knob came from and why (``cortex.tuning.records.auto_schedule``; reading the
+    records imports only sqlite3)."""
     from cortex.tuning.records import auto_schedule
 
     return auto_schedule(fingerprint, target.name, target_options, backend, space, workload)
@@ -463,13 +468,22 @@ class _Worker(threading.Thread):
         self._fn, self._args = fn, args
         self._value: Any = None
         self._error: BaseException | None = None
-        self.start()
+        self._inline = False
+        try:
+            self.start()
+        except RuntimeError:  # no thread to be had (e.g. `ulimit -s` above free memory): run here
+            self._inline = True
+            self.run()
 
     def run(self) -> None:
         try:
             self._value = self._fn(*self._args)
         except BaseException as e:  # handed to the caller's thread by result()
             self._error = e
+
+    def join(self, timeout: float | None = None) -> None:
+        if not self._inline:
+            super().join(timeout)
 
     def result(self) -> Any:
         self.join()

@@ -13,7 +13,7 @@ jam and single-group transforms about 1 s). Two namespaces of :mod:`cortex.core.
 * ``sources``: a renderer's source, when its class sets ``cache_sources = True`` (the built-in
   ``llvm``, ``opencl`` and ``cuda`` ones), keyed by the code of ``cortex`` and of the
   renderer's package, the constants of the renderer's modules (:func:`knob_modules`: e.g. the
-  LLVM generator's prefetch distance), the renderer's attributes (by ``repr``; a renderer whose
+  LLVM generator's ``LANE_REDUCE``), the renderer's attributes (by ``repr``; a renderer whose
   attributes have no value ``repr`` is not cached) and the scheduled program.
 
 Values are pickled and read back with an unpickler that accepts only builtin containers and
@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import pickle
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from cortex.core import diskcache
 from cortex.core.plugin.backend import Renderer, Source
@@ -103,9 +103,12 @@ class _StageUnpickler(pickle.Unpickler):
             return super().find_class(module, name)
         if module == "cortex" or module.startswith("cortex."):
             from cortex.core.loopir import Node
+            from cortex.core.loopir.nodes import _let_chain
 
             found = super().find_class(module, name)
             if isinstance(found, type) and (issubclass(found, (Node, str)) or dataclasses.is_dataclass(found)):
+                return found
+            if found is _let_chain:  # how a chain of lets pickles (loopir.nodes.Let.__reduce__)
                 return found
         raise pickle.UnpicklingError(f"a cached stage may not hold {module}.{name}")
 
@@ -150,8 +153,9 @@ def module_closure(roots: Sequence[str], packages: Sequence[str] = ("cortex",)) 
 
 
 def lowered_key(traced: Any, passes: Sequence[Any], table_elements: int | None, schedule: Any,
-                capabilities: Any, dtype: str) -> str | None:
-    """The key of the lowering of ``traced``; None when a pass has no import name."""
+                capabilities: Any, dtype: str, provenance: Mapping[str, str] | None = None) -> str | None:
+    """The key of the lowering of ``traced``; None when a pass has no import name. The knobs'
+    ``provenance`` is part of it: the lowering's notes say where each value came from."""
     names = []
     for p in passes:
         qualname = getattr(p, "__qualname__", "<none>")
@@ -160,7 +164,8 @@ def lowered_key(traced: Any, passes: Sequence[Any], table_elements: int | None, 
         names.append(f"{getattr(p, '__module__', '?')}.{qualname}")
     return diskcache.digest(LOWERED_REVISION, diskcache.package_fingerprint("cortex"),
                             knob_fingerprint(module_closure(LOWERING_ROOTS)), repr(traced), "\n".join(names),
-                            repr(table_elements), repr(schedule), repr(capabilities), dtype)
+                            repr(table_elements), repr(schedule), repr(capabilities), dtype,
+                            repr(sorted((provenance or {}).items())))
 
 
 def load_lowered(key: str | None) -> Any:

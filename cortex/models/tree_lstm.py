@@ -6,19 +6,34 @@ Pipeline position: zoo models (``cortex.models``); trace them with ``.trace()``.
 from __future__ import annotations
 
 from cortex.core.frontend.model import Model, size_args
+from cortex.core.frontend.model_errors import ModelDefinitionError
 from cortex.models._common import declare_input, node_vector, total
 
 GATES = ("i", "o", "u")
+
+
+#: ``TreeLSTM(leaf=...)``: the paper's gated leaf, or the linear leaf of Tai et al.'s released code.
+LEAF_FORMS = ("gated", "linear")
+#: ``TreeLSTM(forget_bias=...)``: one forget-gate bias for every child, or one per child.
+FORGET_BIASES = ("shared", "per_child")
 
 
 class TreeLSTM(Model):
     r"""N-ary Tree-LSTM (Tai et al. 2015, section 3.2) for constituency trees: tokens at the
     leaves, internal nodes combine exactly ``arity`` ordered children (binary by default).
 
-    Leaf (``x = E[w]`` or dense features; no children, so no forget term)::
+    Leaf (``x = E[w]`` or dense features; no children, so no forget term), ``leaf="gated"``
+    (the default: the internal equations with no children)::
 
         i = sigmoid(W_i x + b_i)     o = sigmoid(W_o x + b_o)     u = tanh(W_u x + b_u)
         c = i * u
+        h = o * tanh(c)
+
+    or ``leaf="linear"`` (the leaf module of Tai et al.'s released code, and of the PyTorch
+    ports of it)::
+
+        c = W_c_leaf x + b_c_leaf
+        o = sigmoid(W_o_leaf x + b_o_leaf)
         h = o * tanh(c)
 
     Internal node with children ``(h_l, c_l)``, ``l < N``::
@@ -30,32 +45,61 @@ class TreeLSTM(Model):
         c   = i * u + sum_k f_k * c_k
         h   = o * tanh(c)
 
-    Params: ``E [vocab, embed]``; ``W_i, W_o, W_u [hidden, embed]``; ``U_i_l, U_o_l, U_u_l,
-    U_f{k}_l [hidden, hidden]``; ``b_i, b_f, b_o, b_u [hidden]``. States: ``h, c [hidden]``.
+    with ``forget_bias="per_child"``, ``f_k`` adds its own ``b_f{k}`` instead of the shared
+    ``b_f`` (as DGL's Tree-LSTM example and Tai et al.'s code have it).
+
+    Params: ``E [vocab, embed]``; ``W_i, W_o, W_u [hidden, embed]`` (gated leaf) or
+    ``W_c_leaf, W_o_leaf [hidden, embed]``, ``b_c_leaf, b_o_leaf [hidden]`` (linear leaf);
+    ``U_i_l, U_o_l, U_u_l, U_f{k}_l [hidden, hidden]``; ``b_i, b_o, b_u [hidden]`` and ``b_f``
+    (or ``b_f0 .. b_f{N-1}``) ``[hidden]``. States: ``h, c [hidden]``. PyTorch weights:
+    ``cortex.models.importers``.
     """
 
     def __init__(self, *, hidden: int, embed: int | None = None, vocab: int | None = None,
-                 features: int | None = None, arity: int = 2, dtype="float32", seed: int = 0,
+                 features: int | None = None, arity: int = 2, leaf: str = "gated",
+                 forget_bias: str = "shared", dtype="float32", seed: int = 0,
                  **options) -> None:
         hidden, embed, vocab, features, arity = size_args(
             "TreeLSTM", hidden=hidden, embed=embed, vocab=vocab, features=features, arity=arity)
         super().__init__(arity=arity, dtype=dtype, seed=seed, **options)
+        for keyword, value, allowed in (("leaf", leaf, LEAF_FORMS),
+                                        ("forget_bias", forget_bias, FORGET_BIASES)):
+            if value not in allowed:
+                raise ModelDefinitionError(f"{self.name}: {keyword}={value!r}; allowed: "
+                                           f"{', '.join(map(repr, allowed))}")
         self.hidden = hidden
+        self.leaf_form, self.forget_bias = leaf, forget_bias
         d = declare_input(self, vocab=vocab, embed=embed, features=features)
         self.add_state("h", (hidden,))
         self.add_state("c", (hidden,))
-        for gate in GATES:
-            self.add_param(f"W_{gate}", (hidden, d))
-        for gate in ("i", "f", "o", "u"):
-            self.add_param(f"b_{gate}", (hidden,))
+        if leaf == "gated":
+            for gate in GATES:
+                self.add_param(f"W_{gate}", (hidden, d))
+        else:
+            for gate in ("c", "o"):
+                self.add_param(f"W_{gate}_leaf", (hidden, d))
+                self.add_param(f"b_{gate}_leaf", (hidden,))
+        for name in ["b_i", *self.forget_bias_names, "b_o", "b_u"]:
+            self.add_param(name, (hidden,))
         for l in range(arity):
             for gate in GATES:
                 self.add_param(f"U_{gate}_{l}", (hidden, hidden))
             for k in range(arity):
                 self.add_param(f"U_f{k}_{l}", (hidden, hidden))
 
+    @property
+    def forget_bias_names(self) -> list[str]:
+        """``["b_f"]``, or ``["b_f0", ..., "b_f{N-1}"]`` with ``forget_bias="per_child"``."""
+        if self.forget_bias == "shared":
+            return ["b_f"]
+        return [f"b_f{k}" for k in range(self.arity)]
+
     def leaf(self, g):
         x = node_vector(self, g)
+        if self.leaf_form == "linear":
+            c = g.linear("W_c_leaf", x, "b_c_leaf")
+            o = g.sigmoid(g.linear("W_o_leaf", x, "b_o_leaf"))
+            return {"h": o * g.tanh(c), "c": c}
         i = g.sigmoid(g.linear("W_i", x, "b_i"))
         o = g.sigmoid(g.linear("W_o", x, "b_o"))
         u = g.tanh(g.linear("W_u", x, "b_u"))
@@ -73,7 +117,8 @@ class TreeLSTM(Model):
         i = g.sigmoid(gate("U_i_{l}", "b_i"))
         o = g.sigmoid(gate("U_o_{l}", "b_o"))
         u = g.tanh(gate("U_u_{l}", "b_u"))
-        fs = [g.sigmoid(gate(f"U_f{k}_{{l}}", "b_f")) for k in range(n)]
+        biases = self.forget_bias_names * (n if self.forget_bias == "shared" else 1)
+        fs = [g.sigmoid(gate(f"U_f{k}_{{l}}", biases[k])) for k in range(n)]
         c = total([i * u] + [f * ck for f, ck in zip(fs, cs)])
         return {"h": o * g.tanh(c), "c": c}
 
@@ -95,7 +140,7 @@ class ChildSumTreeLSTM(Model):
     A leaf is the same with no children (``h~ = 0``, no forget term).
     Params: ``E [vocab, embed]``; ``W_i, W_f, W_o, W_u [hidden, embed]``;
     ``U_i, U_f, U_o, U_u [hidden, hidden]``; ``b_i, b_f, b_o, b_u [hidden]``.
-    States: ``h, c [hidden]``. For PyTorch weights see ``cortex.core.frontend.params.load_torch_childsum``.
+    States: ``h, c [hidden]``. For PyTorch and DGL weights see ``cortex.models.importers``.
     """
 
     def __init__(self, *, hidden: int, embed: int | None = None, vocab: int | None = None,

@@ -9,24 +9,28 @@ default        the target's default schedule (``ScheduleSpace(capabilities, dtyp
 unscheduled    the default with every loop-shaping knob neutral (what ``dump=`` writes as stage
                03: no tiling, scalar, no unrolling, row-major weights, not persistent)
 unfused        the default with ``fuse=False`` (dense intermediates between the statements)
+jammed         the default with the level interchange and a node jam of 4 nodes x 2 hidden units
+               (a block every zoo hidden size divides), untiled: the schedule transforms that
+               a default schedule of a CPU-like target may or may not use (not offered on a grid)
 sample<i>      the i-th random legal schedule of the target's space (seeded; full sweep only)
 =============  =================================================================================
 
 :func:`compile_only` runs the pipeline's stages up to and including the backend compiler — trace,
 graph passes, backend, schedule, lower, verify, render, compile — without building the
-Executable (which uploads the params, so it needs a device): it is
-``cortex.core.pipeline.build_artifact``, the first half of ``cortex.core.pipeline.build``.
+Executable (which uploads the params, so it needs a device): it is ``cortex.compile_only``
+(``cortex.core.pipeline.build_artifact``, the first half of ``cortex.core.pipeline.build``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from cortex.core.api import CompiledCode
+from cortex.core.api import compile_only as cortex_compile_only
 from cortex.testing import zoo
 
-SCHEDULE_VARIANTS = ("default", "unscheduled", "unfused")
+SCHEDULE_VARIANTS = ("default", "unscheduled", "unfused", "jammed")
 
 
 class ScheduleNotLegal(ValueError):
@@ -56,6 +60,8 @@ def schedule(target: str, dtype: str, variant: str) -> Any:
             return space.validate(neutral_schedule(base))
         if variant == "unfused":
             return space.with_knobs(fuse=False)
+        if variant == "jammed":
+            return space.with_knobs(interchange=True, node_jam=4, hidden_jam=2, tile_hidden=0)
         if variant.startswith("sample"):
             i = int(variant[len("sample"):])
             return space.sample(1000 + i, 1)[0]
@@ -66,29 +72,13 @@ def schedule(target: str, dtype: str, variant: str) -> Any:
                      f"sample<i>")
 
 
-@dataclass(frozen=True)
-class Built:
-    """What compile-only produces: the scheduled program, the source, the artifact."""
-
-    target: str
-    program: Any
-    schedule: Any
-    source: Any
-    artifact: Any
-    cache_key: str
+#: What compile-only produces: the scheduled program, the source, the artifact.
+Built = CompiledCode
 
 
 def compile_only(model: Any, target: str, *, dtype: str, schedule: Any = None) -> Built:
-    """Every stage of ``cortex.core.pipeline.build`` up to the backend's compiler
-    (``cortex.core.pipeline.build_artifact`` without preparing the params)."""
-    from cortex.core.api import resolve_target
-    from cortex.core.pipeline import build_artifact, compile_options
-
-    resolved, options = resolve_target(target)
-    shared = compile_options(resolved.name, {"dtype": dtype, "schedule": schedule})
-    b = build_artifact(model, resolved, options, shared, prepare_params=False)
-    return Built(resolved.name, b.lowered.program, b.lowered.schedule, b.source, b.artifact,
-                 b.cache_key)
+    """Every stage of ``cortex.compile`` up to the backend's compiler (``cortex.compile_only``)."""
+    return cortex_compile_only(model, target, dtype=dtype, schedule=schedule)
 
 
 _EXECUTABLES: dict[tuple[str, str, str, str], Any] = {}

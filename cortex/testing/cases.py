@@ -2,13 +2,15 @@
 
 Pipeline position: the suite's plan. :func:`cases` lists the cases of one kind for the
 selected targets; the pytest plugin (``cortex.testing.plugin``) parametrizes the shipped tests
-(``cortex.testing.test_conformance``) with them. Four kinds:
+(``cortex.testing.test_conformance``) with them. Five kinds:
 
 * ``compile``   — code generation and compilation succeed (every target, runnable or not);
 * ``reference`` — a run agrees with the float64 reference (runnable targets);
-* ``differential`` — on one target, the unscheduled and the unfused program agree with the
-  default (scheduled, fused) program on the ``mixed`` batch;
-* ``contract``  — the executable's output contract (states, order, dtype, shapes, rows).
+* ``differential`` — on one target, the unscheduled, the unfused and the jammed program agree
+  with the default (scheduled, fused) program on the ``mixed`` batch;
+* ``contract``  — the executable's output contract (states, order, dtype, shapes, rows);
+* ``nonfinite`` — NaN and infinities in the input features propagate through every elementwise
+  op as in the reference (``model`` names the op, see :mod:`cortex.testing.nonfinite`).
 
 The default sweep is modest (CI runs it for every target): every model x every family x
 float32/float64 on the default schedule, the differential cases in float32, and the
@@ -29,7 +31,7 @@ DTYPES = ("float32", "float64")
 #: variable-arity unary chain (10,000 levels), one per float type.
 DEFAULT_LONG_CHAINS = (("TreeLSTM", "float32"), ("ChildSumTreeLSTM", "float64"))
 FULL_SAMPLES = 3
-KINDS = ("compile", "reference", "differential", "contract")
+KINDS = ("compile", "reference", "differential", "contract", "nonfinite")
 
 
 @dataclass(frozen=True)
@@ -65,13 +67,17 @@ def cases(kind: str, targets: tuple[str, ...], full: bool = False,
         raise ValueError(f"unknown case kind {kind!r}; known: {KINDS}")
     samples = [f"sample{i}" for i in range(FULL_SAMPLES)] if full else []
     out: list[Case] = []
+    if kind == "nonfinite":
+        from cortex.testing.nonfinite import OPS
+
+        return [Case(kind, target, op, dtype) for target in targets for dtype in DTYPES for op in OPS]
     for target in targets:
         for m in zoo.zoo():
             for dtype in DTYPES:
                 if kind == "compile":
                     variants = ["default"]
                     if full or dtype == "float32":
-                        variants += ["unscheduled", "unfused"]
+                        variants += ["unscheduled", "unfused", "jammed"]
                     out += [Case(kind, target, m.id, dtype, v) for v in variants + samples]
                 elif kind == "reference":
                     for fam in FAMILIES:
@@ -84,7 +90,7 @@ def cases(kind: str, targets: tuple[str, ...], full: bool = False,
                 elif kind == "differential":
                     if full or dtype == "float32":
                         out += [Case(kind, target, m.id, dtype, v, "mixed", against="default")
-                                for v in ("unscheduled", "unfused")]
+                                for v in ("unscheduled", "unfused", "jammed")]
                 else:
                     out.append(Case(kind, target, m.id, dtype))
     return out

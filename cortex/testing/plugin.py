@@ -12,7 +12,8 @@ Usage::
     CORTEX_TEST_TARGETS=all python -m pytest --pyargs cortex.testing      # every enabled target
 
 Tests ask for one of the fixtures ``cortex_compile_case``, ``cortex_reference_case``,
-``cortex_differential_case`` or ``cortex_contract_case`` and get one test per case
+``cortex_differential_case``, ``cortex_contract_case`` or ``cortex_nonfinite_case`` and get one
+test per case
 (:mod:`cortex.testing.cases`). The plugin touches nothing else, so loading it into an unrelated
 pytest run only adds the options.
 """
@@ -28,6 +29,7 @@ FIXTURES = {
     "cortex_reference_case": "reference",
     "cortex_differential_case": "differential",
     "cortex_contract_case": "contract",
+    "cortex_nonfinite_case": "nonfinite",
 }
 
 

@@ -197,3 +197,11 @@ def run_contract(case: Case) -> None:
         check({s: again.nodes(s)}, {s: first[s]}, case.dtype, batch=batch,
               facts=facts(case, exe, batch), headline=f"{where}a second call disagrees with "
                                                       f"the first")
+
+
+def run_nonfinite(case: Case) -> None:
+    """NaN and infinities in the inputs come out of op ``case.model`` as in the reference."""
+    from cortex.testing import nonfinite
+
+    _require_runnable(case.target)
+    nonfinite.run(case.target, case.model, case.dtype, where=f"cortex conformance: {case.id}")

@@ -15,7 +15,7 @@ from cortex.testing.cases import Case
 from cortex.testing.tolerance import ConformanceFailure
 
 __all__ = ["test_compiles", "test_matches_reference", "test_schedules_agree",
-           "test_output_contract"]
+           "test_output_contract", "test_nonfinite_propagates"]
 
 
 def _run(fn, case: Case) -> None:
@@ -53,3 +53,9 @@ def test_schedules_agree(cortex_differential_case: Case) -> None:
 def test_output_contract(cortex_contract_case: Case) -> None:
     """Which states, which order, dtype, shapes, rows and ownership of the outputs."""
     _run(runner.run_contract, cortex_contract_case)
+
+
+def test_nonfinite_propagates(cortex_nonfinite_case: Case) -> None:
+    """NaN and +-inf in the input features propagate through each elementwise op as in the
+    reference: nothing turns them into plausible numbers."""
+    _run(runner.run_nonfinite, cortex_nonfinite_case)

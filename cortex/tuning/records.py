@@ -371,18 +371,22 @@ def _record(row: tuple, columns: list[str]) -> Record:
 
 
 def auto_schedule(graph: str | None, target: str, options: Mapping[str, Any], backend: Any,
-                  space: Any, workload: str | None = None) -> tuple[Any, str]:
-    """``(schedule, why)`` for ``schedule="auto"`` and a graph fingerprint: the best matching
-    record's schedule (validated against ``space``; knobs the record lacks keep their
-    defaults), else the space's default. Never raises for a missing, busy or damaged
-    database: that falls back to the default rules (a damaged one is rebuilt with a
-    :class:`TuningRecordsWarning`)."""
+                  space: Any, workload: str | None = None) -> tuple[Any, dict[str, str], str]:
+    """``(schedule, sources, why)`` for ``schedule="auto"`` and a graph fingerprint: the best
+    matching record's schedule (validated against ``space``; knobs the record lacks follow
+    their default rules), else the space's default; ``sources`` says where each knob's value
+    came from (``ScheduleSpace.resolve``; a record's knobs say ``"tuning record N"``). Never
+    raises for a missing, busy or damaged database: that falls back to the default rules (a
+    damaged one is rebuilt with a :class:`TuningRecordsWarning`)."""
     from cortex.core.lowering.schedule import ScheduleError
+
+    def default(why: str) -> tuple[Any, dict[str, str], str]:
+        return (*space.resolve(None), why)
+
+    if graph is None:
+        return default("default rules (a graph pass without an import name: no tuning records)")
     from cortex.tuning.fingerprint import device_description, device_fingerprint
 
-    default = space.default()
-    if graph is None:
-        return default, "default rules (a graph pass without an import name: no tuning records)"
     store = RecordStore()
     try:
         found = store.best(graph, target,
@@ -391,14 +395,16 @@ def auto_schedule(graph: str | None, target: str, options: Mapping[str, Any], ba
     except sqlite3.Error as e:
         warnings.warn(f"the tuning records at {store.path} could not be read ({e}); compiling with "
                       f"the default rules", TuningRecordsWarning, stacklevel=3)
-        return default, "default rules (the tuning records could not be read)"
+        return default("default rules (the tuning records could not be read)")
     finally:
         store.close()
     if found is None:
-        return default, "default rules (no tuning record for this model, target and device)"
+        return default("default rules (no tuning record for this model, target and device)")
     record, why = found
     try:
-        return space.with_knobs(**record.schedule), f"{record.describe()}: {why}"
+        schedule, sources = space.resolve(record.schedule)
     except ScheduleError as e:
         first = str(e).splitlines()[-1].strip()
-        return default, f"default rules ({record.describe()} is not legal here any more: {first})"
+        return default(f"default rules ({record.describe()} is not legal here any more: {first})")
+    sources = {k: f"tuning record {record.id}" if v == "user" else v for k, v in sources.items()}
+    return schedule, sources, f"{record.describe()}: {why}"

@@ -30,6 +30,7 @@ from cortex.bench.run import TOLERANCE, Case, check, reference_for
 from cortex.bench.summary import round_ratio_range
 from cortex.bench.timing import Timing, measure, summarize
 from cortex.bench.workloads import GroupKey, build_model
+from cortex.core.plugin.distribution import pip_install
 
 ROOT = Path(__file__).resolve().parents[2]
 HAS_TORCH = importlib.util.find_spec("torch") is not None
@@ -246,7 +247,7 @@ def test_report_without_matplotlib_says_how_to_get_plots(doc: dict, tmp_path: Pa
     monkeypatch.setattr(report, "have_matplotlib", lambda: False)
     w = report.write_report(doc, tmp_path)
     assert not list(tmp_path.glob("*.png"))
-    assert any("pip install 'cortex[bench]'" in m for m in w.messages)
+    assert any(pip_install("bench") in m for m in w.messages)
     assert "TreeLSTM" in w.table and (tmp_path / "report.md").exists()
 
 

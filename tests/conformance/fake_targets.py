@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 
 from cortex import Availability, Backend, Target, hookimpl
 from cortex.plugins.numpy_ref.backend import create_backend as numpy_backend

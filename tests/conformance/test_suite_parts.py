@@ -77,7 +77,8 @@ def test_default_sweep_covers_every_model_family_and_dtype():
     assert not any(c.family == "long_chain" for c in cases.cases("reference", ("numpy",),
                                                                exclude=("long_chain",)))
     diff = cases.cases("differential", ("numpy", "cc"))
-    assert {c.schedule for c in diff} == {"unscheduled", "unfused"} and {c.target for c in diff} == {"numpy", "cc"}
+    assert {c.schedule for c in diff} == {"unscheduled", "unfused", "jammed"}
+    assert {c.target for c in diff} == {"numpy", "cc"}
     with pytest.raises(ValueError, match="unknown case kind"):
         cases.cases("speed", ("numpy",))
 
@@ -142,5 +143,7 @@ def test_compile_only_matches_the_pipeline():
     unscheduled = build.schedule("numpy", "float32", "unscheduled")
     assert unscheduled.vector_width == 1 and unscheduled.tile_hidden == 0
     assert build.schedule("numpy", "float64", "unfused").fuse is False
+    jammed = build.schedule("numpy", "float32", "jammed")
+    assert jammed.interchange and jammed.node_jam == 4 and jammed.hidden_jam == 2
     with pytest.raises(ValueError, match="unknown schedule variant"):
         build.schedule("numpy", "float32", "fastest")

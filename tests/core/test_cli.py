@@ -14,6 +14,7 @@ import pytest
 
 from cortex import PluginWarning, cli
 from cortex.core.plugin import hostinfo
+from cortex.core.plugin.distribution import DISTRIBUTION
 
 pytestmark = pytest.mark.usefixtures("clean_plugins")
 
@@ -77,9 +78,9 @@ def test_python_dash_m_cortex_info_runs():
 
 def test_console_script_points_at_the_cli():
     try:
-        scripts = metadata.distribution("cortex").entry_points
+        scripts = metadata.distribution(DISTRIBUTION).entry_points
     except metadata.PackageNotFoundError:
-        pytest.skip(reason="cortex is not installed (pip install -e .), so no console script")
+        pytest.skip(reason=f"{DISTRIBUTION} is not installed (pip install -e .), so no console script")
     (script,) = [ep for ep in scripts if ep.group == "console_scripts" and ep.name == "cortex"]
     assert script.value == "cortex.cli:main"
 

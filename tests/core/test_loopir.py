@@ -216,3 +216,48 @@ def test_docs_show_the_current_printed_tree_lstm():
     doc = pathlib.Path(__file__).resolve().parents[2] / "docs" / "loopir.md"
     listing = str(tree_lstm(H=256, V=20000, dtype="float32"))
     assert listing in doc.read_text(), "docs/loopir.md is stale: regenerate its TreeLSTM listing"
+
+
+def test_a_deep_let_chain_pickles_and_loads_through_the_stage_cache():
+    """A jammed body is hundreds of nested lets: pickling must not hit the recursion limit
+    (the disk cache and saved executables pickle programs), and the restricted loader takes it."""
+    import pickle
+
+    from cortex.core import stage_cache
+
+    body: ir.Stmt = ir.Store("h", (ir.Const(0),), ir.Var("x0"))
+    for i in range(5000):
+        body = ir.Let(f"x{i}", ir.Const(float(i)), body)
+    data = pickle.dumps(body, protocol=pickle.HIGHEST_PROTOCOL)
+    for loaded in (pickle.loads(data), stage_cache._load(data)):
+        seen = []
+        while isinstance(loaded, ir.Let):
+            seen.append((loaded.var, loaded.value))
+            loaded = loaded.body
+        assert seen == [(f"x{i}", ir.Const(float(i))) for i in reversed(range(5000))]
+        assert loaded == ir.Store("h", (ir.Const(0),), ir.Var("x0"))
+
+
+def test_a_let_prints_as_its_dataclass_would_and_a_deep_chain_has_a_repr():
+    let = ir.Let("a", ir.Const(1.0), ir.Let("b", ir.Var("a"), ir.Store("h", (ir.Const(0),), ir.Var("b"))))
+    inner = let.body
+    assert repr(let) == (f"Let(var='a', value={ir.Const(1.0)!r}, body=Let(var='b', value={ir.Var('a')!r}, "
+                         f"body={inner.body!r}))")
+    body: ir.Stmt = ir.Store("h", (ir.Const(0),), ir.Var("x0"))
+    for i in range(5000):
+        body = ir.Let(f"x{i}", ir.Const(float(i)), body)
+    assert repr(body).count("Let(") == 5000  # the stage cache keys programs by their repr
+
+
+def test_the_package_re_exports_every_public_name_of_the_ir():
+    """``from cortex.core import loopir as ir`` then ``ir.X`` works for every public name."""
+    import inspect
+
+    from cortex.core.loopir import nodes, sizes
+
+    for module in (nodes, sizes):
+        public = [n for n, v in vars(module).items()
+                  if not n.startswith("_") and getattr(v, "__module__", module.__name__) == module.__name__
+                  and not inspect.ismodule(v)]
+        missing = [n for n in public if not hasattr(ir, n)]
+        assert not missing, f"cortex.core.loopir does not re-export {missing} of {module.__name__}"

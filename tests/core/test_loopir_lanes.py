@@ -18,6 +18,7 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from test_lower import GPU, SPECS, assert_close, make_batch, run_lowered, spec_families  # noqa: E402
+from test_render import one_translation_unit  # noqa: E402
 
 from cortex.core import loopir as ir  # noqa: E402
 from cortex.core.frontend import reference  # noqa: E402
@@ -121,7 +122,7 @@ def test_cuda_renders_lane_groups_and_a_shuffle_butterfly():
     assert "(0xffu << ((unsigned)threadIdx.x & 24u))" in src
     for offset in (4, 2, 1):
         assert f"cx_acc1 += __shfl_xor_sync(cx_mask4, cx_acc1, {offset}, 8);" in src
-    assert "cx_acc5 = fmaxf(cx_acc5, __shfl_xor_sync(cx_mask8, cx_acc5, 4, 8));" in src  # max
+    assert "cx_acc5 = cx_max_float32(cx_acc5, __shfl_xor_sync(cx_mask8, cx_acc5, 4, 8));" in src  # max
     assert "0xffffffffu" in render(lane_program(32), "cuda")  # a whole warp
     assert "__shfl" not in render(lane_program(1), "cuda")
 
@@ -137,7 +138,7 @@ def test_lane_reductions_compile_with_nvcc_for_sm_90(tmp_path):
     srcs = [render(replace(lane_program(lanes, dt), name=f"lanes_{lanes}_{dt}"), "cuda")
             for lanes, dt in ((4, "float32"), (32, "float32"), (8, "float64"))]
     path = tmp_path / "lanes.cu"
-    path.write_text("\n".join(srcs))
+    path.write_text(one_translation_unit({f"part{i}": src for i, src in enumerate(srcs)}))  # helpers repeat
     r = subprocess.run([NVCC, "-c", "-arch=sm_90", str(path), "-o", str(tmp_path / "lanes.o")],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, f"nvcc failed:\n{r.stdout}{r.stderr}"

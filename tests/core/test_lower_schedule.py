@@ -282,3 +282,53 @@ def test_buffer_names_dodge_c_macros():
     names = dict(low.param_names)
     assert names["M_E"] != "M_E" and names["M_E"].isidentifier()
     assert "M_E" not in {b.name for b in low.program.buffers}
+
+
+# ---------------------------------------------------------------------------- loop-shape knobs
+
+
+def test_the_jam_knobs_reshape_the_level_and_the_results_stay():
+    """interchange + node_jam: the level loop runs inside a parallel hidden-block loop, its
+    nodes in groups with a private accumulator array per group and a cold fallback; the notes
+    say so, and the program computes what the untransformed one does."""
+    spec = SPEC["TreeLSTM"]
+    sp = ScheduleSpace(CPU, "float64")
+    plain = lower(spec.graph, sp.with_knobs(vector_width=1), CPU, "float64")
+    s, src = sp.resolve({"vector_width": 1, "interchange": True, "node_jam": 4, "hidden_jam": 2, "jam_unroll": 2})
+    jammed = lower(spec.graph, s, CPU, "float64", src)
+    assert any(n.startswith("interchange: ") for n in jammed.notes)
+    assert any(n.startswith("node_jam=4: 1 level loops jammed in groups of 4/2/1 nodes, 2 hidden units")
+               for n in jammed.notes)
+    assert "schedule: node_jam=4 (user)" in jammed.notes
+    assert any(n.startswith("schedule: hidden_jam=2 (user)") for n in jammed.notes)
+    allocs = nodes_of(jammed.program, ir.Alloc)
+    assert allocs and all(a.scope == "private" for a in allocs)
+    assert any("cold" in f.annotations for f in loops(jammed.program))
+    batch = mixed_batch(spec)
+    assert_close(run_lowered(jammed, spec.model.params, batch), run_lowered(plain, spec.model.params, batch),
+                 "float64", "jammed")
+
+
+def test_threads_and_the_one_group_form_are_launch_settings():
+    low = lower(SPEC["TreeRNN"].graph, ScheduleSpace(CPU, "float32").with_knobs(threads=2), CPU)
+    assert low.program.launch_setting("threads") == 2
+    caps = replace(CPU, single_call=False, single_group_form=True)
+    sp = ScheduleSpace(caps, "float32")
+    low = lower(SPEC["TreeRNN"].graph, sp.with_knobs(kernel_form="auto", single_group_nodes=64), caps)
+    assert low.program.launch_setting("kernel_form") == "auto"
+    assert low.program.launch_setting("single_group_nodes") == 64
+    assert low.program.host and any(isinstance(s, ir.HostFor) for s in low.program.host)  # per level
+
+
+def test_wide_vectors_prefetches_and_chunks_are_applied_and_noted():
+    spec = SPEC["TreeLSTM"]
+    caps = replace(CPU, prefetch=True)
+    sp = ScheduleSpace(caps, "float32")
+    low = lower(spec.graph, sp.with_knobs(prefetch=2, node_chunk=4, wide_lanes=64), caps)
+    assert nodes_of(low.program, ir.Prefetch)
+    assert any(n.startswith("prefetch=2: 1 node loops") for n in low.notes)
+    assert any(n.startswith("node_chunk=4: ") for n in low.notes)
+    batch = mixed_batch(spec)
+    plain = lower(spec.graph, sp.default(), caps)
+    assert_close(run_lowered(low, spec.model.params, batch), run_lowered(plain, spec.model.params, batch),
+                 "float32", "prefetch + chunks")

@@ -122,6 +122,11 @@ def test_dump_writes_every_stage(tmp_path):
     options = json.loads((out_dir / "00_options.json").read_text())
     assert options["target"] == "numpy" and options["dtype"] == "float64"
     assert Schedule.from_dict(options["schedule"]) == exe.schedule and exe.schedule.unroll == 2
+    sources = options["schedule_sources"]
+    assert set(sources) == set(Schedule().to_dict()) and sources["unroll"] == "user"
+    assert sources["vector_width"].startswith("default rule: ")
+    assert options["schedule_notes"] == list(exe.notes)
+    assert "schedule: unroll=2 (user)" in exe.notes
     assert options["passes"] == [p.__name__ for p in DEFAULT_PASSES]
     traced = trace(model)
     assert (out_dir / "01_graph.txt").read_text() == str(traced) + "\n"
@@ -173,7 +178,7 @@ def test_passes_option():
     ({"dtype": "int32"}, "dtype", "one of 'float32', 'float64'"),
     ({"schedule": {"unrol": 2}}, "schedule", "unknown knob 'unrol'"),
     ({"schedule": {"unroll": 3}}, "schedule", "unroll=3 is not legal here; choices: [1, 2, 4, 8]"),
-    ({"schedule": {"weight_layout": "packed", "vector_width": 1}}, "schedule", "packed"),
+    ({"schedule": {"tile_hidden": 8, "vector_width": 16}}, "schedule", "multiple of vector_width"),
     ({"schedule": Schedule(parallel="sideways")}, "schedule", "parallel='sideways' is not legal"),
     ({"schedule": "{not json"}, "schedule", "not valid JSON"),
     ({"schedule": 42}, "schedule", "a dict of schedule knobs"),
@@ -297,8 +302,10 @@ def test_shared_option_helpers():
     s = Schedule(unroll=2)
     assert pipeline.neutral_schedule(s) == Schedule()
     space = ScheduleSpace(CAPABILITIES, "float32")
-    assert pipeline.resolve_schedule("t", space, None) == space.default()
-    assert pipeline.resolve_schedule("t", space, {"unroll": 8}).unroll == 8
+    assert pipeline.resolve_schedule("t", space, None)[0] == space.default()
+    s, sources = pipeline.resolve_schedule("t", space, {"unroll": 8})
+    assert s.unroll == 8 and sources["unroll"] == "user"
+    assert sources["vector_width"].startswith("default rule: ")
 
 
 def test_params_are_prepared_beside_the_compile_and_their_errors_keep_their_type(monkeypatch):

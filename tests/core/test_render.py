@@ -39,6 +39,20 @@ def _compile_c(src: str, tmp: pathlib.Path, name: str, extra: tuple[str, ...] = 
     return so
 
 
+def one_translation_unit(srcs: dict[str, str]) -> str:
+    """Several CUDA sources as one file: includes hoisted, each body in its own namespace (the
+    static helpers repeat; kernel names are unique). nvcc's time goes mostly to parsing the
+    CUDA headers, once per file, so one file per compiler process is several times faster."""
+    includes: list[str] = []
+    bodies = []
+    for stem, text in srcs.items():
+        lines = text.splitlines()
+        includes += [line for line in lines if line.startswith("#include")]
+        body = "\n".join(line for line in lines if not line.startswith("#include"))
+        bodies.append(f"namespace {stem} {{\n{body}\n}}  // namespace {stem}\n")
+    return "\n".join(dict.fromkeys(includes)) + "\n\n" + "\n".join(bodies)
+
+
 def _run_c(program: ir.Program, so: pathlib.Path, bufs: dict, sizes: dict) -> dict:
     lib = ctypes.CDLL(str(so))
     fn = getattr(lib, entry_symbol(program))
@@ -161,10 +175,12 @@ def test_large_shared_arrays_use_dynamic_shared_memory_on_cuda():
 
 @needs_nvcc
 def test_cuda_compiles_with_nvcc_for_sm_90(tmp_path):
-    # the persistent form (grid sync, weights in dynamic shared memory) and a per-level float64
-    # child-sum (private arrays, CSR reductions), in one translation unit to pay nvcc's start once
-    # (their kernels and helpers have distinct names)
-    src = render(_big_shared_program(), "cuda") + render(child_sum(form="per_level", dtype="float64"), "cuda")
+    # the persistent form (grid sync, weights in dynamic shared memory), a per-level float64
+    # child-sum (private arrays, CSR reductions) and the NaN-propagating min/max helpers, in one
+    # translation unit to pay nvcc's start once
+    src = one_translation_unit({"big": render(_big_shared_program(), "cuda"),
+                                "child_sum": render(child_sum(form="per_level", dtype="float64"), "cuda"),
+                                "minmax": render(_minmax_program("float32"), "cuda")})
     path = tmp_path / "kernels.cu"
     path.write_text(src)
     r = subprocess.run([NVCC, "-c", "-arch=sm_90", str(path), "-o", str(tmp_path / "kernels.o")],
@@ -200,6 +216,53 @@ def test_select_around_a_reduction_keeps_the_guard():
     src = render(p, "c")
     guard = src.index("if ((c >= 0)) {")
     assert guard < src.index("for (int32_t k =") < src.index("} else {")
+
+
+def _minmax_program(dtype: str) -> ir.Program:
+    """y = max(x, 0), z = min(x, 0) elementwise, m = max over each row of x."""
+    N, v, k = ir.Var("N"), ir.Var("v"), ir.Var("k")
+    x = ir.Load("x", (v, k))
+    zero = ir.fconst(0, dtype)
+    body = ir.For("v", 0, N, ir.Seq((
+        ir.For("k", 0, 4, ir.Seq((ir.Store("y", (v, k), ir.BinOp("max", x, zero)),
+                                  ir.Store("z", (v, k), ir.BinOp("min", x, zero))))),
+        ir.Store("m", (v,), ir.Reduce("max", "k", 0, 4, x)))))
+    p = ir.Program(f"minmax_{dtype}", (ir.Size("N"),), (
+        ir.Buffer("x", dtype, (N, 4), "input"),
+        ir.Buffer("y", dtype, (N, 4), "output"),
+        ir.Buffer("z", dtype, (N, 4), "output"),
+        ir.Buffer("m", dtype, (N,), "output"),
+    ), (ir.Kernel("k", (), body),), (ir.Launch("k"),))
+    return verify(p)
+
+
+NONFINITE_ROWS = np.array([[np.nan, 1.0, -2.0, 0.5], [np.inf, -np.inf, 0.0, -0.0], [-np.inf, np.nan, 3.0, -1.0],
+                           [1.0, 2.0, -3.0, 0.25]])
+
+
+@needs_cc
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_min_max_propagate_nan_in_c_like_the_interpreter(tmp_path, dtype):
+    """C's fmin/fmax return the other operand of a NaN (relu(NaN) = 0); the rendered helpers
+    propagate it, as NumPy's minimum/maximum (the interpreter) do."""
+    p = _minmax_program(dtype)
+    src = render(p, "c")
+    assert "fmax" not in src and "fmin" not in src
+    so = _compile_c(src, tmp_path, p.name)
+    bufs, sizes = {"x": NONFINITE_ROWS.astype(np_dtype(dtype))}, {"N": len(NONFINITE_ROWS)}
+    want = run(p, dict(bufs), sizes)
+    got = _run_c(p, so, bufs, sizes)
+    for name in ("y", "z", "m"):
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)  # NaN == NaN here
+    assert np.isnan(got["y"][0, 0]) and np.isnan(got["m"][2]) and got["y"][1, 0] == np.inf
+
+
+@pytest.mark.parametrize("dialect", ["c", "opencl", "cuda"])
+def test_every_dialect_renders_nan_propagating_min_max(dialect):
+    src = render(_minmax_program("float32"), dialect)
+    assert "fmax" not in src and "fmin" not in src
+    assert "cx_max_float32(float a, float b) { return (a > b || a != a) ? a : b; }" in src
+    assert "cx_min_float32(float a, float b) { return (a < b || a != a) ? a : b; }" in src
 
 
 def test_unknown_dialect_is_a_clear_error():

@@ -23,7 +23,7 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "models"))
-from test_render import OPENCL_SHIM  # noqa: E402
+from test_render import OPENCL_SHIM, one_translation_unit  # noqa: E402
 from zoo_structures import zoo_cases  # noqa: E402
 
 from cortex.core.frontend.trace import trace  # noqa: E402
@@ -104,20 +104,6 @@ def test_c_of_every_zoo_model_compiles_with_warnings_as_errors(tmp_path):
         defaults = [str(tmp_path / f) for f in files if "_default_32" in f]
         _run_in_parallel([[CC, *flags, "-fopenmp", *defaults[0::2]],
                           [CC, *flags, "-fopenmp", *defaults[1::2]]], omp)
-
-
-def one_translation_unit(srcs: dict[str, str]) -> str:
-    """Several CUDA sources as one file: includes hoisted, each body in its own namespace (the
-    static helpers repeat; kernel names are unique). nvcc's time goes mostly to parsing the
-    CUDA headers, once per file, so one file per compiler process is several times faster."""
-    includes: list[str] = []
-    bodies = []
-    for stem, text in srcs.items():
-        lines = text.splitlines()
-        includes += [line for line in lines if line.startswith("#include")]
-        body = "\n".join(line for line in lines if not line.startswith("#include"))
-        bodies.append(f"namespace {stem} {{\n{body}\n}}  // namespace {stem}\n")
-    return "\n".join(dict.fromkeys(includes)) + "\n\n" + "\n".join(bodies)
 
 
 def _compile_cuda(srcs: dict[str, str], tmp_path: pathlib.Path, parts: int) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from cortex.core.lowering.schedule import KNOB_NAMES, Schedule, ScheduleError, ScheduleSpace
@@ -19,7 +21,10 @@ PLAIN = Capabilities()
 
 def test_knob_names_are_the_ones_the_lowering_reads():
     assert KNOB_NAMES == ("tile_hidden", "vector_width", "unroll", "parallel", "weight_layout", "persistent",
-                          "kernel_form", "leaf_specialization", "fuse", "threads", "reduce_lanes")
+                          "kernel_form", "leaf_specialization", "fuse", "threads", "reduce_lanes",
+                          "interchange", "node_jam", "jam_pad", "jam_accumulators", "jam_unroll", "jam_interleave",
+                          "hidden_jam", "weight_block", "wide_lanes", "prefetch", "node_chunk", "hidden_tiles",
+                          "single_group_nodes")
     assert tuple(k.name for k in ScheduleSpace(CPU).knobs) == KNOB_NAMES
 
 
@@ -30,6 +35,24 @@ def test_cpu_defaults_follow_capabilities():
     assert ScheduleSpace(CPU, "float64").default().vector_width == 8
     assert ScheduleSpace(PLAIN).default().weight_layout == "row_major"
     assert ScheduleSpace(PLAIN).knob("weight_layout").choices == ("row_major", "transposed")
+
+
+def test_jam_knobs_are_offered_only_off_the_grid():
+    gpu = ScheduleSpace(GPU)
+    for name in ("interchange", "node_jam", "wide_lanes", "node_chunk", "prefetch"):
+        assert len(gpu.knob(name).choices) == 1
+    cpu = ScheduleSpace(CPU)
+    assert cpu.knob("node_jam").choices == (1, 2, 4, 8, 16) and cpu.knob("prefetch").choices == (0,)
+    assert ScheduleSpace(replace(CPU, prefetch=True)).knob("prefetch").choices == (0, 1, 2, 4)
+
+
+def test_single_group_form_offers_auto_with_its_threshold():
+    caps = replace(OPENCL_CPU, has_grid=False, single_call=False, single_group_form=True, num_cores=4)
+    sp = ScheduleSpace(caps)
+    assert sp.knob("kernel_form").choices == ("auto", "single", "per_level")
+    s, src = sp.resolve(None)
+    assert s.kernel_form == "auto" and s.single_group_nodes == 512 and "per two compute units" in src["single_group_nodes"]
+    assert "inactive" in sp.resolve({"kernel_form": "per_level"})[1]["single_group_nodes"]
 
 
 def test_gpu_defaults_and_grid_barrier_requirement():
@@ -52,8 +75,7 @@ def test_constraints_reject_conflicting_knobs():
     cpu = ScheduleSpace(CPU)
     with pytest.raises(ScheduleError, match="multiple of vector_width"):
         cpu.with_knobs(tile_hidden=8, vector_width=16)
-    with pytest.raises(ScheduleError, match="needs vector_width > 1"):
-        cpu.with_knobs(weight_layout="packed", vector_width=1)
+    cpu.with_knobs(node_jam=4, interchange=False)  # the jam's work-unit form
     with pytest.raises(ScheduleError, match="unknown knobs"):
         cpu.with_knobs(tile=8)
 
@@ -66,12 +88,50 @@ def test_fp64_needs_target_support():
 
 
 @pytest.mark.parametrize("caps", [CPU, GPU, OPENCL_CPU, PLAIN], ids=["cpu", "gpu", "opencl", "plain"])
-def test_enumeration_is_exactly_the_legal_space(caps):
+def test_enumeration_yields_legal_canonical_schedules_and_size_counts_them(caps):
     sp = ScheduleSpace(caps)
-    all_ = list(sp.enumerate())
-    assert len(all_) == len(set(all_)) == sp.size() > 1
-    assert sp.default() in set(all_)
-    assert all(sp.problems(s) == [] for s in all_[:: max(1, len(all_) // 200)])
+    first = list(itertools.islice(sp.enumerate(), 3000))
+    assert len(first) == len(set(first)) and sp.size() >= len(first) > 1
+    assert all(sp.problems(s) == [] and sp.canonical(s) == s for s in first[::7])
+    # the default is one of them (every component's part of it is among that component's parts)
+    d = sp.canonical(sp.default()).to_dict()
+    for comp, part in zip(sp._components, sp._parts()):
+        assert {k.name: d[k.name] for k in comp} in part
+    # the size is the product over independent components: exhaustively for a small component
+    assert sp.size() == int(np.prod([len(p) for p in sp._parts()]))
+
+
+def test_components_tie_constrained_and_conditional_knobs():
+    sp = ScheduleSpace(CPU)
+    groups = [{k.name for k in comp} for comp in sp._components]
+    jam = next(g for g in groups if "node_jam" in g)
+    assert {"jam_pad", "jam_accumulators", "jam_unroll", "jam_interleave", "hidden_jam"} <= jam
+    assert next(g for g in groups if "weight_block" in g) >= {"weight_layout"}
+    assert sp.size() == np.prod([len(p) for p in sp._parts()])
+
+
+def test_inactive_knobs_are_neutral_when_enumerated_and_sampled():
+    sp = ScheduleSpace(CPU)
+    for s in sp.sample(7, 50):
+        if s.node_jam == 1:
+            assert (s.jam_pad, s.jam_unroll, s.jam_interleave, s.hidden_jam) == (True, 1, True, 16)
+        if s.weight_layout != "packed":
+            assert s.weight_block == 16
+
+
+def test_defaults_record_their_rule_and_follow_the_knobs_given():
+    caps = replace(CPU, vector_registers=32, preferred=(("node_jam", 8), ("interchange", True)))
+    sp = ScheduleSpace(caps)
+    s, src = sp.resolve(None)
+    assert s.node_jam == 8 and "preference" in src["node_jam"]
+    assert s.jam_accumulators == 24 and "32 SIMD registers" in src["jam_accumulators"]
+    s2, src2 = sp.resolve({"vector_width": 8})
+    assert src2["vector_width"] == "user"
+    assert s2.hidden_jam == 8 and s2.weight_block == 8  # derived defaults follow the given knob
+    assert src2["hidden_jam"] == "default rule: the vector width (8)"
+    s3, src3 = sp.resolve(replace(s, node_jam=4))
+    assert src3["node_jam"] == "user" and src3["vector_width"].endswith("(as given)")
+    assert "inactive" in sp.resolve({"node_chunk": 1})[1]["hidden_tiles"]
 
 
 def test_sampling_is_legal_and_reproducible():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -20,6 +22,7 @@ from cortex import (
 )
 from cortex.core.api import PipelineNotAvailableError
 from cortex.core.plugin.backend import Backend, Compiler, Renderer, Runtime
+from cortex.core.plugin.distribution import pip_install
 from cortex.core.plugin.targets import TargetRegistrar, TargetRegistry
 
 pytestmark = pytest.mark.usefixtures("clean_plugins")
@@ -107,9 +110,9 @@ def test_option_and_target_declarations_are_checked():
 
 def test_availability_is_truthy_and_describes_itself():
     assert Availability.yes("found") and Availability.yes("found").describe() == "yes (found)"
-    no = Availability.no("llvmlite is not installed", "pip install 'cortex[llvm]'")
+    no = Availability.no("llvmlite is not installed", "pip install 'cortex-compiler[llvm]'")
     assert not no
-    assert no.describe() == "no (llvmlite is not installed; fix: pip install 'cortex[llvm]')"
+    assert no.describe() == "no (llvmlite is not installed; fix: pip install 'cortex-compiler[llvm]')"
 
 
 # -- registry -------------------------------------------------------------------------------------
@@ -163,8 +166,9 @@ def test_builtin_llvm_target_without_llvmlite_says_how_to_install(monkeypatch):
     from cortex.plugins.cpu_llvm import target as llvm_target
 
     monkeypatch.setattr(llvm_target, "PACKAGE", "llvmlite_is_not_installed")
+    fix = re.escape(pip_install("llvm"))  # names cortex-compiler, or this checkout
     with pytest.raises(TargetNotEnabledError, match=r"'llvm' is not enabled: llvmlite_is_not_"
-                                                    r"installed is not installed\. To fix: pip install 'cortex\[llvm\]'"):
+                                                    rf"installed is not installed\. To fix: {fix}$"):
         cortex.compile(object(), target="cpu")
 
 

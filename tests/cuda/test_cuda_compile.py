@@ -78,7 +78,7 @@ def test_arch_auto_follows_the_device():
 def test_runtime_refuses_to_run_without_a_gpu_and_says_why():
     b = make_backend(OPTIONS, why_not=lambda: ("no CUDA driver found", "run on a machine with an NVIDIA GPU"),
                      device_probe=no_gpu)
-    with pytest.raises(TargetNotRunnableError, match="can compile but cannot run here: no CUDA driver"):
+    with pytest.raises(TargetNotRunnableError, match="'cuda' cannot run here: no CUDA driver"):
         b.runtime.allocate((3,), "float32")
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pathlib
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -16,9 +17,11 @@ sys.path.insert(0, str(HERE))
 from fake_driver import FakeDriver  # noqa: E402
 
 import cortex  # noqa: E402
+from cortex import Availability  # noqa: E402
 from cortex.core.frontend.reference import evaluate  # noqa: E402
 from cortex.core.frontend.trace import trace  # noqa: E402
 from cortex.core.plugin import hostinfo  # noqa: E402
+from cortex.core.plugin.loader import get_registry  # noqa: E402
 from cortex.models import TreeLSTM, TreeRNN  # noqa: E402
 from cortex.plugins.cuda import backend as cuda_backend  # noqa: E402
 from cortex.plugins.cuda import target as cuda_target  # noqa: E402
@@ -45,6 +48,10 @@ def fake_gpu(monkeypatch, tmp_path):
     monkeypatch.setenv("CORTEX_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(cuda_backend, "CudaRuntime", FakeGpuRuntime)
     monkeypatch.setattr(cuda_backend, "probe_device", lambda ordinal: None)
+    # the fake driver is the device: cortex.compile refuses a target that cannot run here
+    registry = get_registry()
+    runnable = replace(registry.get("cuda"), runnable=lambda: Availability.yes("the fake driver"))
+    monkeypatch.setitem(registry._targets, "cuda", runnable)
 
 
 def trees(rng, n):

@@ -14,6 +14,7 @@ import os
 import pytest
 
 from cortex.core.plugin import hostinfo
+from cortex.core.plugin.distribution import pip_install
 
 pytestmark = pytest.mark.usefixtures("clean_plugins")
 
@@ -84,7 +85,7 @@ def test_cuda_runnable_needs_a_driver_and_pycuda(clean_plugins):
     if expected_enabled("cuda") and driver.error:
         assert driver.error in state.reason
     if expected_enabled("cuda") and not has_pycuda:
-        assert "pycuda is not installed" in state.reason and "cortex[cuda]" in state.fix
+        assert "pycuda is not installed" in state.reason and pip_install("cuda") in state.fix
 
 
 @pytest.mark.parametrize("name, option, value", [

@@ -18,7 +18,7 @@ import sys
 import numpy as np
 import pytest
 
-pytest.importorskip("llvmlite", reason="the llvm target needs llvmlite (pip install 'cortex[llvm]')")
+pytest.importorskip("llvmlite", reason="the llvm target needs llvmlite (pip install 'cortex-compiler[llvm]')")
 
 ROOT = pathlib.Path(__file__).parents[1]
 sys.path.insert(0, str(ROOT / "core"))
@@ -231,9 +231,23 @@ def test_backend_capabilities_describe_the_host():
 # ------------------------------------------------------------------ persistence and jamming
 
 
+def _jammed(program: ir.Program, width: int = 8, nodes: int = 8) -> ir.Program:
+    """What the CPU schedule does to a hand-built program: hidden blocks, interchange, node jam."""
+    from cortex.core.lowering.jam import JamOptions, jam_levels
+    from cortex.core.lowering.level_interchange import interchange_levels
+    from cortex.core.lowering.loop_shapes import block_hidden_loops
+
+    blocked, _ = block_hidden_loops(program, width)
+    swapped, _ = interchange_levels(blocked)
+    jammed, n = jam_levels(swapped, JamOptions(nodes=nodes, register_lanes=width, unroll=2))
+    assert n >= 1
+    return jammed
+
+
 def test_interchanged_and_jammed_levels_match_the_reference():
-    """Hidden 32 so the hidden loops vectorize (16 float32 / 8 float64 lanes): levels are
-    interchanged (threads split the weight rows) and groups of JAM nodes are jammed."""
+    """Hidden 32 so the hidden loops vectorize (16 float32 / 8 float64 lanes): the schedule
+    interchanges the levels (threads split the weight rows) and jams groups of nodes; the
+    generator keeps the accumulators in registers (no alloca for them)."""
     import random
 
     from benchmarks.common import parse_like_tree
@@ -244,41 +258,39 @@ def test_interchanged_and_jammed_levels_match_the_reference():
         model = cortex.models.TreeLSTM(hidden=32, embed=8, vocab=40, dtype=dtype, seed=3)
         for threads in ((1, 2) if dtype == "float32" else (2,)):
             exe = cortex.compile(model, target="llvm", threads=threads)
-            assert "jred_" in exe.source  # the jammed reduction loops are there
+            assert any(n.startswith("node_jam=8: 1 level loops jammed") for n in exe.lowered.notes)
+            assert any(isinstance(n, ir.Alloc) for n in ir.walk(exe.program))
+            assert " x float] " not in exe.source and " x double] " not in exe.source  # promoted
             _assert_matches(model, exe(trees), dtype, f"{dtype} threads {threads}")
 
 
 def test_jammed_groups_with_a_failing_guard_run_node_by_node():
-    """Leaves without a token (word id -1) fail the leaf guard (the leaf loop has no reductions,
-    so it is split over nodes, not interchanged nor jammed); the internal levels are jammed,
-    with the shared node-by-node fallback for failing guards. Both agree with the interpreter."""
+    """Leaves without a token (word id -1) fail the leaf guard; an internal node whose child
+    is missing fails its group's guard: that group runs node by node through the cold plain
+    body. Both agree with the interpreter."""
     p = T.vectorize(T.vectorize(tree_lstm(H=16, dtype="float32"), "j", 8), "jl", 8)
+    jammed = _jammed(p)
+    assert any(isinstance(n, ir.For) and "cold" in n.annotations for n in ir.walk(jammed))
     bufs, sizes = _case(p)
     words = bufs["word_ids"].copy()
     words[: sizes["NL"]: 3] = -1
     bufs["word_ids"] = words
+    table = bufs["child_table"].copy()
+    inner = np.flatnonzero(table[:, 0] >= 0)
+    table[inner[::4], 1] = -1
+    bufs["child_table"] = table
     want = run(p, dict(bufs), sizes)
     for threads in (1, 2):
-        cp = CompiledProgram(p, threads=threads)
-        assert "jam_one" in cp.ir and "jred_" in cp.ir
+        cp = CompiledProgram(jammed, threads=threads)
+        assert "llvm.loop.unroll.disable" in cp.ir  # the cold fallback is compact
         _outputs_close(p, cp.run(bufs, sizes), want, "float32")
 
 
-def test_short_last_group_repeats_a_node_only_when_the_body_reads_nothing_it_stores():
-    """A level whose node count is not a multiple of JAM runs its last nodes as one padded
-    group (the last node repeated): fine when a node's body reads only other rows of what it
-    stores (children), not when it reads its own row (a repeat would apply it twice)."""
-    v, c, j = ir.Var("v"), ir.Var("c"), ir.Var("j")
-    child = ir.Let("c", ir.Load("children", (v, ir.Const(0))),
-                   ir.Store("h", (v, j), ir.Load("h", (c, j))))
-    assert codegen._no_self_reads(child, "v")
-    own = ir.Store("h", (v, j), ir.BinOp("+", ir.Load("h", (v, j)), ir.Const(1.0)))
-    assert not codegen._no_self_reads(own, "v")
-    alias = ir.Let("w", v, ir.Store("h", (v, j), ir.Load("h", (ir.Var("w"), ir.Const(0)))))
-    assert not codegen._no_self_reads(alias, "v")
-    # levels of varied sizes (padded last groups) agree with the interpreter
+def test_padded_groups_agree_with_the_interpreter():
+    """Levels whose node count is not a multiple of the group size run their last nodes as a
+    padded group (the last node repeated): same results as the interpreter."""
     p = T.vectorize(T.vectorize(tree_lstm(H=16, dtype="float32"), "j", 8), "jl", 8)
-    cp = CompiledProgram(p, threads=2)
+    cp = CompiledProgram(_jammed(p), threads=2)
     for seed in range(3):
         bufs, sizes = _case(p, seed)
         want = run(p, dict(bufs), sizes)
@@ -287,13 +299,34 @@ def test_short_last_group_repeats_a_node_only_when_the_body_reads_nothing_it_sto
 
 def test_every_level_size_runs_through_the_jam_stages_like_the_reference():
     """Levels of 1..19 nodes (a batch of k left-deep trees has k nodes on every internal level):
-    every mix of the 8/4/2/1 groups of ``JAM_STAGES`` and padded groups agrees with the float64
-    reference (the shared node-by-node fallback: the failing-guard test above)."""
+    every mix of the 8/4/2/1 groups and padded groups agrees with the float64 reference (the
+    node-by-node fallback: the failing-guard test above)."""
     model = cortex.models.TreeLSTM(hidden=32, embed=8, vocab=40, dtype="float32", seed=5)
     exe = cortex.compile(model, target="llvm", threads=2)
     for k in range(1, 20):
         trees = [(((3 * t % 40, 5), (7 + t) % 40), 11) for t in range(k)]
         _assert_matches(model, exe(trees), "float32", f"{k} nodes per level")
+
+
+@pytest.mark.parametrize("knobs", [{"node_jam": 4, "jam_pad": False, "jam_unroll": 1},
+                                   {"node_jam": 16, "jam_accumulators": 8, "hidden_jam": 32, "weight_block": 32},
+                                   {"interchange": False, "node_jam": 1, "wide_lanes": 0, "prefetch": 0},
+                                   {"node_chunk": 4, "interchange": False, "node_jam": 1},
+                                   {"node_chunk": 2, "hidden_tiles": 4, "parallel": "both", "interchange": False,
+                                    "node_jam": 1}],
+                         ids=["jam4-nopad", "jam16-32lanes", "no-interchange", "chunks", "chunks-x-tiles"])
+def test_schedule_knobs_of_the_jam_match_the_reference(knobs):
+    """The knobs on the threads' sequential order (the interpreter runs parallel loops in
+    lock-step, which hides a work unit that reads another's results): TreeLSTM, and MV-RNN,
+    whose node body has several hidden loops."""
+    from benchmarks.common import make_trees
+
+    model = cortex.models.TreeLSTM(hidden=64, embed=8, vocab=40, dtype="float32", seed=7)
+    exe = cortex.compile(model, target="llvm", threads=2, schedule=knobs)
+    _assert_matches(model, exe(make_trees(2, 9, 2, 30, 40)), "float32", str(knobs))
+    mv = cortex.models.MVRNN(hidden=8, vocab=40, dtype="float64", seed=7)
+    exe = cortex.compile(mv, target="llvm", threads=1, dtype="float64", schedule=knobs)
+    _assert_matches(mv, exe(make_trees(3, 5, 2, 12, 40)), "float64", f"MVRNN {knobs}")
 
 
 def test_profile_build_records_every_barrier_per_thread():
@@ -362,18 +395,6 @@ def test_launch_follows_new_arrays_and_rechecks_them():
         LLVMRuntime().launch(cp, (*bad, *size_args))
 
 
-def test_interchange_applies_to_level_loops_only():
-    from cortex.core.lowering.lower import lower  # noqa: F401  (the lowering is what produces level loops)
-
-    p = tree_lstm(H=16)
-    loops = [n for k in p.kernels for n in ir.walk(k.body) if isinstance(n, ir.For)]
-    by_var = {n.var: n for n in loops}
-    # the hand-built node loops hold lets + a parallel hidden loop: both are interchanged
-    assert codegen.interchange_node_loop(by_var["v"]) is not None
-    assert codegen.interchange_node_loop(by_var["u"]) is not None
-    assert codegen.interchange_node_loop(by_var["j"]) is None  # not a node loop
-
-
 def test_jammed_dag_rnn_with_per_node_child_ranges():
     """DAG-RNN sums over CSR children (a range that differs per node) around a GEMV: the
     per-node range must not be shared by the jammed group, nor the GEMV nested inside it."""
@@ -411,35 +432,6 @@ def test_mvrnn_matrix_products_are_column_vectors_and_match():
     # M[child, j, :] . h[:] (lanes across rows j would be 32 floats apart): a row loop whose
     # dot products run along the row, on vectors
     assert "lred_" in text
-
-
-def test_widen_vector_nests_merges_a_split_column_loop_only_inside_a_row_loop():
-    W = 16
-    inner = ir.Let("j", ir.Var("jw") * W + ir.Var("jv"),
-                   ir.Store("out", (ir.Var("i"), ir.Var("j")), ir.Load("x", (ir.Var("i"), ir.Var("j")))))
-    split = ir.For("jw", 0, 4, ir.For("jv", 0, W, inner, "vectorized"))
-    wide = codegen.widen_vector_nests(ir.For("i", 0, 8, split))
-    assert isinstance(wide.body, ir.For) and wide.body.kind == "vectorized"
-    assert wide.body.var == "j" and ir.const_int(wide.body.stop) == 64
-    # a top-level split loop (a node loop's hidden loop: interchanged and jammed) is kept
-    assert codegen.widen_vector_nests(split) == split
-    # wider than WIDE_LANES: kept
-    big = ir.For("i", 0, 8, ir.For("jw", 0, 8, ir.For("jv", 0, W, inner, "vectorized")))
-    assert codegen.widen_vector_nests(big) == big
-
-
-def test_node_loop_reading_child_matrices_per_row_is_not_interchanged():
-    """``for v: for i: for j: sum_k W[i, k] * M[ch, k, j]`` re-reads node data that varies with
-    the column loop inside the row loop: interchanging would stream every node's matrix per row."""
-    k, i, j, v = (ir.Var(n) for n in ("k", "i", "j", "v"))
-    mm = ir.Reduce("sum", "k", 0, 8, ir.Load("W", (i, k)) * ir.Load("M", (ir.Var("ch"), k, j)))
-    rows = ir.For("i", 0, 8, ir.For("j", 0, 8, ir.Store("M", (v, i, j), mm)))
-    node = ir.For("v", ir.Load("level_offsets", (ir.Var("l"),)), ir.Load("level_offsets", (ir.Var("l") + 1,)),
-                  ir.Let("ch", ir.Load("child_table", (v, 0)), rows), "parallel")
-    assert codegen.interchange_node_loop(node) is None
-    gemv = ir.For("i", 0, 8, ir.Store("h", (v, i), ir.Reduce("sum", "k", 0, 8, ir.Load("W", (i, k)) * ir.Load("h", (ir.Var("ch"), k)))))
-    node2 = ir.For("v", node.start, node.stop, ir.Let("ch", ir.Load("child_table", (v, 0)), gemv), "parallel")
-    assert codegen.interchange_node_loop(node2) is not None
 
 
 def test_dag_rnn_child_sum_is_distributed_over_its_linear_map():
@@ -529,14 +521,14 @@ def test_exp_sigmoid_tanh_are_accurate_over_the_float32_range(vector):
         assert np.isnan(y[np.isnan(x64)]).all(), fn
 
 
-def test_leaf_rows_of_the_embedding_table_are_prefetched_a_few_nodes_ahead(monkeypatch):
+def test_leaf_rows_of_the_embedding_table_are_prefetched_a_few_nodes_ahead():
     """The leaves gather E_proj[word_ids[u], :] (3 KB rows of a 61 MB table at h=256): the
-    partitioned leaf loop prefetches node u + GATHER_PREFETCH's row, a prefetch per line."""
+    leaf loop prefetches node u + prefetch's row (the schedule's knob), a prefetch per line."""
     model = cortex.models.TreeLSTM(vocab=50, embed=8, hidden=16, seed=0)  # rows of 3 * 16 floats
-    ir_text = cortex.compile(model, target="llvm").artifact.ir
-    assert ir_text.count("call void @\"llvm.prefetch.p0\"") == 3 * 16 * 4 // 64
-    monkeypatch.setattr(codegen, "GATHER_PREFETCH", 0)
-    assert "llvm.prefetch" not in cortex.compile(model, target="llvm").artifact.ir
+    exe = cortex.compile(model, target="llvm")
+    assert exe.schedule.prefetch == 2
+    assert exe.artifact.ir.count("call void @\"llvm.prefetch.p0\"") == 3 * 16 * 4 // 64
+    assert "llvm.prefetch" not in cortex.compile(model, target="llvm", schedule={"prefetch": 0}).artifact.ir
 
 
 def test_the_address_reader_agrees_with_ctypes():

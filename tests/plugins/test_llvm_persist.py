@@ -15,7 +15,7 @@ from multiprocessing import get_context
 import numpy as np
 import pytest
 
-pytest.importorskip("llvmlite", reason="the llvm target needs llvmlite (pip install 'cortex[llvm]')")
+pytest.importorskip("llvmlite", reason="the llvm target needs llvmlite (pip install 'cortex-compiler[llvm]')")
 
 import cortex  # noqa: E402
 from cortex.core import diskcache  # noqa: E402
@@ -79,10 +79,10 @@ def test_a_damaged_object_entry_is_compiled_again_and_replaced(fresh_cache):
 
 
 def test_a_changed_generator_setting_is_a_new_source(fresh_cache, monkeypatch):
-    from cortex.plugins.cpu_llvm import codegen
+    from cortex.plugins.cpu_llvm import reductions
 
     first = cortex.compile(_model(), target="llvm")
-    monkeypatch.setattr(codegen, "GATHER_PREFETCH", codegen.GATHER_PREFETCH + 1)
+    monkeypatch.setattr(reductions, "LANE_REDUCE", not reductions.LANE_REDUCE)
     again = _origins(cortex.compile(_model(), target="llvm"))
     assert again["lowered"] == "disk" and again["sources"] == "new"  # the old source is not read
     assert first

@@ -47,13 +47,24 @@ def _close(got, want, dtype):
 @pytest.mark.parametrize("fast_math", [True, False])
 @pytest.mark.parametrize("form", ["per_level", "single_group"])
 def test_jammed_levels_match_the_interpreter_also_when_children_are_missing(form, fast_math):
-    """TreeLSTM levels run jammed (4 nodes x 16 hidden units, packed weights converted on
-    upload); nodes with a missing child take the guarded loop, levels of 1-3 nodes the
-    partial-chunk blocks."""
+    """TreeLSTM levels jammed by the schedule (the core's node jam: groups of 4/2/1 nodes x 16
+    hidden units over weights packed by 16 rows) render as vector statements; nodes with a
+    missing child run node by node through the cold plain body, levels of 1-3 nodes the smaller
+    groups."""
+    from cortex.core.lowering.jam import JamOptions, jam_levels
+    from cortex.core.lowering.level_interchange import interchange_levels
+    from cortex.core.lowering.loop_shapes import block_hidden_loops
+    from cortex.core.lowering.transforms import change_layout, physical_arrays
+
     rng = np.random.default_rng(11)
     program = tree_lstm(form="per_level", dtype="float32", H=32)
-    source = cl_compiler.OpenCLRenderer(fast_math=fast_math).render(program)
-    assert source.relayout and "cx_vfloat16" in source
+    packed = change_layout(program, "U", "packed", 16)
+    jammed, n = jam_levels(interchange_levels(block_hidden_loops(packed, 16)[0])[0],
+                           JamOptions(nodes=4, register_lanes=16))
+    assert n >= 1
+    source = cl_compiler.OpenCLRenderer(fast_math=fast_math).render(jammed)
+    assert "cx_vfloat16" in source and "vload" not in source and "vstore" not in source
+    assert ("fma(" in source) != fast_math  # with fast_math a multiply-add the driver contracts
     artifact = BACKEND.compiler.compile(source, {"form": form, "fast_math": fast_math})
     batch = random_batch(rng, n_trees=7, max_leaves=9, arity=2)
     bufs, sizes = inputs(batch, program, rng)
@@ -61,8 +72,8 @@ def test_jammed_levels_match_the_interpreter_also_when_children_are_missing(form
     inner = np.flatnonzero(table[:, 0] >= 0)
     table[inner[::4], 1] = -1
     bufs["child_table"] = table
-    want = interpret.run(program, bufs, sizes)
-    got = artifact.run(bufs, sizes)
+    want = interpret.run(program, dict(bufs), sizes)
+    got = artifact.run(physical_arrays(jammed, dict(bufs)), sizes)
     for name in ("h", "c"):
         _close(got[name], want[name], "float32")
 
@@ -201,17 +212,25 @@ def test_the_gpu_schedule_runs_correctly_too(monkeypatch, form):
         _close(out.nodes(state), want, "float32")
 
 
-def test_auto_form_uses_one_work_group_for_small_inputs_and_levels_for_big_ones(monkeypatch):
-    from cortex.plugins.opencl import runtime
-
+def test_auto_form_uses_one_work_group_for_small_inputs_and_levels_for_big_ones():
     m = cortex.models.TreeRNN(vocab=30, hidden=8)
-    exe = cortex.compile(m, target="opencl")
-    small, big = exe.linearize(_trees(1, 2, 30)), exe.linearize(_trees(8, 3, 30))
-    monkeypatch.setattr(runtime, "SINGLE_GROUP_MAX_NODES", big.num_nodes - 1)
+    small, big = _trees(1, 2, 30), _trees(8, 3, 30)
+    probe = cortex.compile(m, target="opencl", schedule={"kernel_form": "per_level"})
+    limit = max(n for n in (8, 32, 64, 128, 256, 512, 1024, 4096) if n < probe.linearize(big).num_nodes)
+    exe = cortex.compile(m, target="opencl", schedule={"kernel_form": "auto", "single_group_nodes": limit})
+    assert any(n.startswith(f"kernel_form=auto: one work-group for inputs of at most {limit} nodes")
+               for n in exe.lowered.notes)
+    small, big = exe.linearize(small), exe.linearize(big)
+    assert small.num_nodes <= limit < big.num_nodes
     exe.run(small)
     assert exe.artifact.last_form == "single_group" and exe.artifact.launches == 1
     exe.run(big)
     assert exe.artifact.last_form == "per_level" and exe.artifact.launches == big.num_levels
+    probe.run(small)  # the schedule's kernel_form="per_level": every input a launch per level
+    assert probe.artifact.last_form == "per_level"
+    single = cortex.compile(m, target="opencl", schedule={"kernel_form": "single"})
+    single.run(big)
+    assert single.artifact.last_form == "single_group"
 
 
 def test_buffers_are_allocated_once_and_grow_only_for_bigger_batches():
@@ -287,6 +306,9 @@ def test_capabilities_come_from_the_device():
     assert caps.dialect == "opencl" and not caps.grid_barrier and not caps.single_call
     assert caps.supports_fp64 == info.fp64 and caps.num_cores == info.compute_units
     assert caps.has_grid == (info.kind != "CPU")
+    assert caps.single_group_form  # kernel_form="auto" picks the form per call
+    if info.kind == "CPU":
+        assert caps.vector_bits == 32 * info.native_float_lanes and dict(caps.preferred)["node_jam"] == 4
 
 
 def test_no_platform_is_a_clear_not_runnable_error(monkeypatch):

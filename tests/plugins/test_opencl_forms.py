@@ -15,6 +15,7 @@ import pytest
 
 from cortex.core import loopir as ir
 from cortex.core.loopir import interpret
+from cortex.core.lowering.loop_shapes import chunk_nodes
 from cortex.core.loopir.verify import verify
 from cortex.plugins.opencl import forms
 
@@ -22,6 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "core"))
 from test_loopir_examples import child_sum, inputs, random_batch, tree_lstm, tree_rnn  # noqa: E402
 
 BUILDERS = {"tree_rnn": tree_rnn, "child_sum": child_sum, "tree_lstm": tree_lstm}
+#: A CPU OpenCL device's capabilities (no device needed for these transforms).
+BACKEND_CAPS = __import__("cortex.core.plugin.capabilities", fromlist=["Capabilities"]).Capabilities(
+    has_grid=False, group_barrier=True, max_threads_per_group=4096, num_cores=2, vector_bits=512,
+    vector_registers=32, dialect="opencl", single_call=False, single_group_form=True)
 
 
 def _case(name: str, seed: int = 0):
@@ -63,7 +68,7 @@ def test_single_group_kernel_turns_grid_barriers_into_group_barriers():
 def test_chunked_and_work_group_programs_compute_the_same(name, chunk):
     program, bufs, sizes = _case(name, seed=chunk)
     program = _serial_hidden(program)  # what the CPU schedule gives (parallel="nodes")
-    chunked = forms.chunk_nodes(program, chunk)
+    chunked, _ = chunk_nodes(program, chunk)  # the schedule's node_chunk
     assert chunked != program
     mapped = forms.to_work_groups(chunked)
     kinds = {n.kind for n in ir.walk(mapped) if isinstance(n, ir.For)}
@@ -78,26 +83,6 @@ def _serial_hidden(program: ir.Program) -> ir.Program:
         return replace(n, kind="serial") if hidden else None
 
     return ir.transform(program, f)
-
-
-@pytest.mark.parametrize("name", sorted(BUILDERS))
-def test_node_chunks_times_hidden_tiles_compute_the_same(name):
-    program, bufs, sizes = _case(name, seed=4)  # hidden loops parallel: chunks x tiles
-    tiled = forms.to_work_groups(forms.chunk_nodes(program, 3, tiles=3))
-    want = interpret.run(program, bufs, sizes)["h"]
-    np.testing.assert_allclose(interpret.run(tiled, bufs, sizes)["h"], want, rtol=1e-12, atol=1e-12)
-
-
-def test_chunk_nodes_reuses_each_hidden_unit_across_a_chunk_of_nodes():
-    program = tree_rnn(form="per_level", dtype="float32")
-    tiled = forms.chunk_nodes(program, 4, tiles=2).kernel("level").body  # j parallel: 2 tiles
-    assert isinstance(tiled, ir.For) and isinstance(tiled.stop, ir.BinOp) and tiled.stop.op == "*"
-    assert forms.chunk_nodes(program, 4, tiles=1).kernel("level").body.stop.op == "//"
-    level = forms.chunk_nodes(_serial_hidden(program), 4).kernel("level").body
-    assert isinstance(level, ir.For) and level.kind == "parallel" and level.var.startswith("cx_chunk")
-    j = level.body
-    assert isinstance(j, ir.For) and j.var == "j" and j.kind == "serial"
-    assert isinstance(j.body, ir.For) and j.body.var == "v" and j.body.kind == "serial"
 
 
 def test_to_work_groups_maps_outer_parallel_loops_to_groups_then_items():
@@ -166,20 +151,64 @@ def test_tanh_via_sigmoid_computes_the_same(name):
     np.testing.assert_allclose(interpret.run(rewritten, bufs, sizes)["h"], want, rtol=0, atol=1e-12)
 
 
-def test_chunk_nodes_keeps_whole_nodes_in_a_chunk_when_there_is_no_sum():
-    program = _serial_hidden(child_sum(form="per_level", dtype="float32"))  # leaves: no sum
-    leaves = program.kernel("leaves").body
-    assert not any(isinstance(n, ir.Reduce) for n in ir.walk(leaves))
-    chunked = forms.chunk_nodes(program, 4).kernel("leaves").body
-    assert isinstance(chunked, ir.For) and chunked.kind == "parallel" and chunked.var.startswith("cx_chunk")
-    node = chunked.body  # the node loop, then the node's own body unchanged (hidden loop inside)
-    assert isinstance(node, ir.For) and node.var == leaves.var and node.body == leaves.body
+def test_hidden_nests_in_a_row_stay_serial_in_their_work_item():
+    """parallel='both' and fuse=False: a node's hidden nests one after the other, the later
+    reading what the earlier wrote at every unit, would need a group barrier between them as
+    work-item loops: they run serially in the group's work-item instead."""
+    from cortex.core.lowering.lower import lower
+    from cortex.core.lowering.schedule import ScheduleSpace
+    from cortex.testing import zoo
+
+    caps = replace(BACKEND_CAPS, num_cores=2)
+    sp = ScheduleSpace(caps, "float32")
+    graph = zoo.get("TreeLSTM").model().trace()
+    low = lower(graph, sp.with_knobs(parallel="both", fuse=False, interchange=False, node_jam=1, node_chunk=1), caps)
+    mapped = forms.to_work_groups(low.program)
+    level = next(k for k in mapped.kernels if k.name == "level")
+    group = next(n for n in ir.walk(level.body) if isinstance(n, ir.For) and n.kind == "gpu_group")
+    assert not any(isinstance(n, ir.For) and n.kind in ("gpu_thread", "parallel") for n in ir.walk(group.body))
+    assert not any(isinstance(n, ir.Barrier) for n in ir.walk(group.body))
+    verify(mapped)
+
+
+def test_interchanged_hidden_nests_run_as_one_kernel_each():
+    """An interchanged level with two hidden nests is two parallel loops in a row: on OpenCL,
+    where only a launch separates work-groups, each becomes a kernel of its own, launched in
+    turn, and the single-group kernel inlines them with a barrier between."""
+    program, bufs, sizes = _case("tree_rnn", seed=2)
+    from cortex.core.lowering.level_interchange import interchange_levels
+
+    two = ir.transform(program, lambda n: replace(n, body=ir.seq(n.body, ir.For(
+        "j2", 0, 4, ir.Store("h", (ir.Var("v"), ir.Var("j2")), ir.Load("h", (ir.Var("v"), ir.Var("j2")))),
+        "parallel"))) if isinstance(n, ir.Let) and n.var == "c1" else None)
+    swapped, n = interchange_levels(two)
+    assert n == 1
+    phased = forms.split_phases(swapped)
+    names = [k.name for k in phased.kernels]
+    assert "level" in names and "level_phase1" in names
+    launches = [s.kernel for st in phased.host if isinstance(st, ir.HostFor) for s in st.body]
+    assert launches == ["level", "level_phase1"]
+    single = verify(_single_program(forms.to_work_groups(phased)))
+    want = interpret.run(program, dict(bufs), sizes)["h"]
+    np.testing.assert_allclose(interpret.run(single, dict(bufs), sizes)["h"], want, rtol=1e-12, atol=1e-12)
+
+
+def test_unfused_fma_is_a_multiply_add():
+    a, b, acc = ir.Var("a", "float64"), ir.Var("b", "float64"), ir.Load("out", (0,))
+    body = ir.Let("a", ir.fconst(1.5, "float64"), ir.Let("b", ir.fconst(-2.0, "float64"),
+                                                      ir.Store("out", (0,), ir.call("fma", a, b, acc))))
+    p = ir.Program("p", (), (ir.Buffer("out", "float64", (1,), "output"),), (ir.Kernel("k", (), body),),
+                   (ir.Launch("k"),))
+    q = forms.unfused_fma(p)
+    assert not any(isinstance(n, ir.Call) for n in ir.walk(q))
+    out = interpret.run(q, {"out": np.array([4.0])}, {})["out"]
+    assert out[0] == 1.0
 
 
 @pytest.mark.parametrize("name", sorted(BUILDERS))
 def test_single_group_kernel_alternates_the_group_order_from_level_to_level(name):
     program, bufs, sizes = _case(name, seed=4)
-    mapped = forms.to_work_groups(forms.chunk_nodes(_serial_hidden(program), 2))
+    mapped = forms.to_work_groups(chunk_nodes(_serial_hidden(program), 2)[0])
     single = verify(_single_program(mapped))
     level_loop = next(n for n in ir.walk(single.kernels[0].body) if isinstance(n, ir.For) and n.var == "lh")
     groups = [n for n in ir.walk(level_loop.body) if isinstance(n, ir.For) and n.kind == "gpu_group"]
@@ -189,21 +218,27 @@ def test_single_group_kernel_alternates_the_group_order_from_level_to_level(name
 
 
 @pytest.mark.parametrize("dtype,lanes", [("float32", 16), ("float64", 8)])
-def test_renderer_jams_level_kernels_into_vector_statements(dtype, lanes):
+def test_renderer_writes_a_jammed_block_as_vector_statements(dtype, lanes):
+    from cortex.core.lowering.jam import JamOptions, jam_levels
+    from cortex.core.lowering.level_interchange import interchange_levels
+    from cortex.core.lowering.loop_shapes import block_hidden_loops
+    from cortex.core.lowering.transforms import change_layout
     from cortex.plugins.opencl.compiler import OpenCLRenderer
 
-    program = _serial_hidden(tree_lstm(form="per_level", dtype=dtype, H=32))
-    source = OpenCLRenderer().render(program)
+    program = _serial_hidden(change_layout(tree_lstm(form="per_level", dtype=dtype, H=32), "U", "packed", lanes))
+    jammed, _ = jam_levels(interchange_levels(block_hidden_loops(program, lanes)[0])[0],
+                           JamOptions(nodes=4, register_lanes=lanes))
+    source = OpenCLRenderer().render(jammed)
     t = "float" if dtype == "float32" else "double"
     assert f"typedef {t} cx_v{t}{lanes} __attribute__((ext_vector_type({lanes}), aligned(" in source
+    assert f"const cx_v{t}{lanes} w" in source  # a weight vector loaded once a step
     assert "vload" not in source and "vstore" not in source  # PoCL does not inline those
-    assert "U" in source.relayout and set(source.relayout.values()) == {("packed", lanes)}
     assert forms.SINGLE_KERNEL in {k.name for k in source.program.kernels}  # still verifies
 
 
-def test_renderer_without_jam_keeps_row_major_weights_and_scalar_code():
+def test_renderer_translates_an_unjammed_program_as_scalar_code():
     from cortex.plugins.opencl.compiler import OpenCLRenderer
 
     program = _serial_hidden(tree_lstm(form="per_level", dtype="float32", H=32))
-    source = OpenCLRenderer(jam=False).render(program)  # what a GPU device gets
-    assert source.relayout == {} and "ext_vector_type" not in source
+    source = OpenCLRenderer().render(program)  # what a GPU device gets: no jam in its schedule
+    assert "ext_vector_type" not in source and "min_vector_width" not in source

@@ -101,6 +101,9 @@ def test_compile_uses_a_matching_record_and_says_so(db: Path, model: TreeRNN, ke
         assert getattr(exe.schedule, knob) == value
     assert exe.schedule_source.startswith("tuning record 1 (workload b8-n32-parse, 1.50x")
     assert "newest record" in exe.schedule_source
+    for knob in TUNED:  # each knob's value says where it came from
+        assert any(n.startswith(f"schedule: {knob}=") and n.endswith("(tuning record 1)")
+                   for n in exe.notes), exe.notes
     # "default" never reads the records
     exe = cortex.compile(model, target="llvm", schedule="default")
     assert exe.schedule_source == "default rules"

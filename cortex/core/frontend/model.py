@@ -55,6 +55,7 @@ import numpy as np
 
 from cortex.core.errors import int_arg
 from cortex.core.frontend.graph import FLOAT_DTYPES, NodeInput, ParamSpec, StateSpec
+from cortex.core.frontend.model_args import checked_init
 from cortex.core.frontend.model_errors import ModelArgumentTypeError, ModelDefinitionError
 from cortex.core.linearize.structure import MAX_INDEX
 
@@ -85,7 +86,13 @@ class ParamsNotUpdatedWarning(UserWarning):
 
 
 class Model:
-    """Base class of every recursive model (see the module docstring)."""
+    """Base class of every recursive model (see the module docstring).
+
+    A constructor call with a misspelt, missing or extra argument raises a ``TypeError`` that
+    lists the keywords the model takes (``cortex.core.frontend.model_args``)."""
+
+    #: Constructor keywords each model passes itself (not through ``**options``).
+    SET_BY_SUBCLASS = ("arity",)
 
     def __new__(cls, *args: Any, **kwargs: Any) -> "Model":
         self = super().__new__(cls)
@@ -93,6 +100,13 @@ class Model:
         self._compiled = weakref.WeakSet()  # live executables compiled from this model
         return self
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is not None:
+            cls.__init__ = checked_init(getattr(init, "__wrapped__", init))  # type: ignore[method-assign]
+
+    @checked_init
     def __init__(
         self,
         *,

@@ -1,4 +1,4 @@
-"""Model parameters: binding to a graph (derived params), ``.npz`` files, PyTorch import.
+"""Model parameters: binding to a graph (derived params), setting them, ``.npz`` files.
 
 Pipeline position: beside the frontend. ``bind_params`` turns a model's named arrays into the
 complete table a traced (and optimised) :class:`~cortex.core.frontend.graph.RecursiveGraph` needs,
@@ -6,19 +6,9 @@ computing the *derived* params that graph passes introduced (stacked gate matric
 tables premultiplied by a weight) from their recipes. The reference evaluator and every backend
 call it once per compile/bind, never per call.
 
-PyTorch import maps well-known modules' ``state_dict``\\s onto zoo models (no torch import
-here; tensors are converted with ``.detach().cpu().numpy()``):
-
-* ``nn.LSTM`` (1 layer, unidirectional) -> ``SeqLSTM``: rows of ``weight_ih_l0`` /
-  ``weight_hh_l0`` are gates ``i, f, g, o`` -> ``W_*`` / ``U_*``; ``b_* = bias_ih + bias_hh``.
-* ``nn.GRU`` -> ``SeqGRU``: rows ``r, z, n``; ``b_r, b_z = bias_ih + bias_hh``; ``b_in`` and
-  ``b_hn`` stay separate (the reset gate multiplies ``U_n h + b_hn``).
-* The common child-sum Tree-LSTM module (``ioux, iouh: Linear(.., 3*hidden)`` split ``i, o, u``;
-  ``fx, fh: Linear(.., hidden)``; optional ``emb: Embedding``) -> ``ChildSumTreeLSTM``:
-  ``W_{i,o,u} = ioux.weight`` row blocks, ``U_{i,o,u} = iouh.weight`` row blocks,
-  ``b_{i,o,u} = ioux.bias + iouh.bias`` blocks, ``W_f = fx.weight``, ``U_f = fh.weight``,
-  ``b_f = fx.bias + fh.bias``, ``E = emb.weight``. (That module feeds a leaf zero child
-  states, so its leaf equals ours: ``iouh(0) = iouh.bias`` and ``f * 0`` vanishes.)
+PyTorch and DGL ``state_dict`` importers are in :mod:`cortex.models.importers` (they know the
+zoo's parameter names); ``load_torch_lstm``, ``load_torch_gru`` and ``load_torch_childsum`` can
+still be imported from here.
 """
 
 from __future__ import annotations
@@ -179,84 +169,16 @@ def load_npz(model: "Model", path: str | Path) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# PyTorch state dicts
+# PyTorch state dicts: cortex.models.importers (the old names keep working from here)
 # --------------------------------------------------------------------------------------------
 
-
-def _np(t: Any) -> np.ndarray:
-    if hasattr(t, "detach"):
-        t = t.detach().cpu().numpy()
-    return np.asarray(t, dtype=np.float64)
+_MOVED = ("load_torch_lstm", "load_torch_gru", "load_torch_childsum",
+          "load_torch_binary_treelstm", "load_dgl_treelstm", "load_torch_treegru")
 
 
-def _get(sd: Mapping[str, Any], key: str, what: str) -> np.ndarray:
-    if key not in sd:
-        raise ParamError(f"{what}: state dict has no {key!r} (keys: {sorted(sd)})")
-    return _np(sd[key])
+def __getattr__(name: str) -> Any:
+    if name in _MOVED:  # imported on use: the importers know the zoo, which imports this module
+        from cortex.models import importers
 
-
-def _rnn_blocks(model: "Model", sd: Mapping[str, Any], gates: tuple[str, ...], what: str):
-    extra = [k for k in sd if k.endswith("_reverse") or "_l1" in k or k.startswith("weight_hr")]
-    if extra:
-        raise ParamError(f"{what}: only 1-layer, unidirectional, projection-free modules map; found {extra}")
-    n = len(gates)
-    w_ih, w_hh = _get(sd, "weight_ih_l0", what), _get(sd, "weight_hh_l0", what)
-    zeros = np.zeros(n * model.hidden)
-    b_ih = _get(sd, "bias_ih_l0", what) if "bias_ih_l0" in sd else zeros
-    b_hh = _get(sd, "bias_hh_l0", what) if "bias_hh_l0" in sd else zeros
-    if w_ih.shape != (n * model.hidden, model.input_size) or w_hh.shape != (n * model.hidden, model.hidden):
-        raise ParamError(
-            f"{what}: weight_ih_l0 {w_ih.shape} / weight_hh_l0 {w_hh.shape} don't fit "
-            f"hidden={model.hidden}, input={model.input_size}"
-        )
-    split = lambda a: dict(zip(gates, np.split(a, n, axis=0)))  # noqa: E731
-    return split(w_ih), split(w_hh), split(b_ih), split(b_hh)
-
-
-def _with_embedding(model: "Model", values: dict, embedding: Any, what: str) -> dict:
-    if "E" in model.param_specs:
-        if embedding is None:
-            raise ParamError(f"{what}: the model takes token ids; pass embedding= (e.g. nn.Embedding.weight)")
-        values["E"] = _np(embedding)
-    elif embedding is not None:
-        raise ParamError(f"{what}: the model takes dense features; it has no embedding table")
-    return values
-
-
-def load_torch_lstm(model: "Model", state_dict: Mapping[str, Any], *, embedding: Any = None) -> None:
-    """Load an ``nn.LSTM(input, hidden)`` state dict into a :class:`~cortex.models.SeqLSTM`."""
-    w, u, bi, bh = _rnn_blocks(model, state_dict, ("i", "f", "g", "o"), "load_torch_lstm")
-    values = {}
-    for k in ("i", "f", "g", "o"):
-        values[f"W_{k}"], values[f"U_{k}"], values[f"b_{k}"] = w[k], u[k], bi[k] + bh[k]
-    set_params(model, _with_embedding(model, values, embedding, "load_torch_lstm"))
-
-
-def load_torch_gru(model: "Model", state_dict: Mapping[str, Any], *, embedding: Any = None) -> None:
-    """Load an ``nn.GRU(input, hidden)`` state dict into a :class:`~cortex.models.SeqGRU`."""
-    w, u, bi, bh = _rnn_blocks(model, state_dict, ("r", "z", "n"), "load_torch_gru")
-    values = {}
-    for k in ("r", "z", "n"):
-        values[f"W_{k}"], values[f"U_{k}"] = w[k], u[k]
-    values["b_r"], values["b_z"] = bi["r"] + bh["r"], bi["z"] + bh["z"]
-    values["b_in"], values["b_hn"] = bi["n"], bh["n"]
-    set_params(model, _with_embedding(model, values, embedding, "load_torch_gru"))
-
-
-def load_torch_childsum(model: "Model", state_dict: Mapping[str, Any], *, prefix: str = "",
-                        embedding: Any = None) -> None:
-    """Load the common PyTorch child-sum Tree-LSTM module (``ioux, iouh, fx, fh``; optional
-    ``emb``) into a :class:`~cortex.models.ChildSumTreeLSTM` (mapping in the module docstring)."""
-    what = "load_torch_childsum"
-    sd = {k[len(prefix):]: v for k, v in state_dict.items() if k.startswith(prefix)}
-    get = lambda k: _get(sd, k, what)  # noqa: E731
-    w_iou, u_iou = np.split(get("ioux.weight"), 3), np.split(get("iouh.weight"), 3)
-    b_iou = np.split(get("ioux.bias") + get("iouh.bias"), 3)
-    values = {}
-    for j, k in enumerate(("i", "o", "u")):
-        values[f"W_{k}"], values[f"U_{k}"], values[f"b_{k}"] = w_iou[j], u_iou[j], b_iou[j]
-    values["W_f"], values["U_f"] = get("fx.weight"), get("fh.weight")
-    values["b_f"] = get("fx.bias") + get("fh.bias")
-    if embedding is None and "emb.weight" in sd:
-        embedding = sd["emb.weight"]
-    set_params(model, _with_embedding(model, values, embedding, what))
+        return getattr(importers, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

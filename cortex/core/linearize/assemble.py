@@ -293,7 +293,10 @@ def assemble(parts: list[Part], *, arity: int | None, vocab_size: int | None,
         if bad.any():
             g = _first(order[num_leaves:], bad)
             raise batch.error(ArityError, f"has {arity_new[new_id[g]]} children; the model "
-                              f"needs exactly {arity} (or 0 for a leaf)", g)
+                              f"needs exactly {arity} (or 0 for a leaf). Trees whose nodes "
+                              "have any number of children (Python ASTs, dependency parses) "
+                              "need a variable-arity model such as "
+                              "cortex.models.ChildSumTreeLSTM", g)
     words = _words(parts, batch, order, num_leaves, vocab_size)
     features = _features(parts, feature_dim, new_id, starts)
     labels = _labels(parts, batch)

@@ -33,6 +33,10 @@ from .parts import Part, PathKeys, path_of, tree_heights
 from .tokens import resolve_words
 
 _TOKEN = re.compile(r"[()]|[^\s()]+")
+#: What a str input is, and what to pass instead (several trees, Python source).
+AFTER_END_HINT = ("; a str input is ONE PTB/SST s-expression such as '(3 (2 It) (4 works))'. "
+                  "For several trees pass a list of strings; for Python source pass "
+                  "cortex.data.ast_tree(source) (or an ast tree)")
 # Fast path: whole SST leaves "(2 It)" and labelled openings "(3 (" as single matches.
 _FAST = re.compile(r"\(\s*([^\s()]+)\s+([^\s()]+)\s*\)"  # (label word)
                    r"|\(\s*([^\s()]+)(?=\s*\()"  # (label followed by a child bracket
@@ -128,9 +132,9 @@ def _parse_general(text: str, vocab: Any, label_vocab: Any, index: int) -> Part:
     stack: list[int] = []
     has_label = False
 
-    def fail(msg: str, k: int, v: int | None = None) -> ParseError:
+    def fail(msg: str, k: int, v: int | None = None, hint: str = "") -> ParseError:
         path = path_of(parent, pos, v) if v is not None and v < len(parent) else None
-        return ParseError(f"{msg} (at character {_offset(text, k)})", input_index=index,
+        return ParseError(f"{msg} (at character {_offset(text, k)}){hint}", input_index=index,
                           path=path)
 
     def new_node(par: int) -> int:
@@ -155,7 +159,7 @@ def _parse_general(text: str, vocab: Any, label_vocab: Any, index: int) -> Part:
         t = toks[k]
         if t == "(":
             if not stack and parent:
-                raise fail("text after the end of the tree", k)
+                raise fail("text after the end of the tree", k, hint=AFTER_END_HINT)
             v = new_node(stack[-1] if stack else -1)
             stack.append(v)
             k += 1
@@ -189,7 +193,7 @@ def _parse_general(text: str, vocab: Any, label_vocab: Any, index: int) -> Part:
         # a bare word
         if not stack:
             if parent:
-                raise fail("text after the end of the tree", k)
+                raise fail("text after the end of the tree", k, hint=AFTER_END_HINT)
             v = new_node(-1)
             bare[v] = True
             words[v] = t

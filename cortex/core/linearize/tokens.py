@@ -29,10 +29,7 @@ def resolve_words(
     if has_str:
         if vocab is None:
             i = next(i for i, w in enumerate(words) if type(w) is str)
-            raise TokenError(
-                f"string token {words[i]!r} needs a vocabulary: pass vocab= to linearize() "
-                "or to the input's wrapper, or give integer ids",
-                input_index=index, path=where(i))
+            raise TokenError(no_vocabulary(words[i]), input_index=index, path=where(i))
         words = lookup(vocab, words, where, index)
     try:
         arr = np.array(words, dtype=np.int64)
@@ -45,6 +42,18 @@ def resolve_words(
     if not arr.size or bool(np.all(arr == NO_TOKEN)):
         return None
     return arr
+
+
+def no_vocabulary(token: str) -> str:
+    """The message for a string token met without a vocabulary (with the ways out)."""
+    text = (f"string token {token!r} needs a vocabulary: pass vocab= to the call "
+            "(exe(structures, vocab=...)), to linearize() or to the input's wrapper")
+    if token.strip().lstrip("+-").isdigit():
+        return (f"{text}. A word written as text (in an s-expression, or a str leaf) is a "
+                "string even when it looks like a number: to give integer token ids, write the "
+                "tree as nested tuples of ints, e.g. ((1, 2), 3), or use "
+                "ParentArray(parents, words=[...])")
+    return f"{text}, or give integer ids"
 
 
 def lookup(vocab: Any, words: list[Any], where: Callable[[int], Any], index: int) -> list[Any]:

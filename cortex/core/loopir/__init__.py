@@ -5,6 +5,8 @@ a RecursiveGraph into a :class:`Program`, the schedule rewrites it, backends ren
 
 * :mod:`~cortex.core.loopir.nodes` — the immutable IR itself, re-exported here, so
   ``from cortex.core import loopir as ir`` then ``ir.For(...)``;
+* :mod:`~cortex.core.loopir.sizes` — the linearizer's arrays as declarations, shapes as
+  functions of the sizes (re-exported here too);
 * :mod:`~cortex.core.loopir.printer` — readable pseudo-code (``print(program)``);
 * :mod:`~cortex.core.loopir.verify` — names, types, scopes, barriers and index bounds;
 * :mod:`~cortex.core.loopir.interpret` — a vectorized NumPy interpreter, the executable oracle
@@ -12,11 +14,11 @@ a RecursiveGraph into a :class:`Program`, the schedule rewrites it, backends ren
 """
 
 from cortex.core.loopir.nodes import (  # noqa: F401
-    BARRIER_SCOPES, BIN_OPS, BOOL, CMP_OPS, DTYPES, FLOAT_DTYPES, INT, INTRINSICS, LOOP_KINDS,
-    READ_ONLY_ROLES, REDUCE_OPS, ROLES, SCOPES, Alloc, Barrier, BinOp, Buffer, Call, Cast, Cmp,
-    Const, Expr, ExprLike, For, HostFor, HostStep, If, Kernel, Launch, Let, Load, LoopIRError,
-    Node, Not, Program, Reduce, Select, Seq, Size, Stmt, Store, Var, as_expr, call, children,
-    const_int, eq, fconst, field_names, infer_dtype, land, linearizer_buffers, linearizer_sizes,
-    maximum, minimum, ne, rename_buffer, seq, shape_function, simplify, size_function,
-    substitute, transform, walk,
+    BARRIER_SCOPES, BIN_OPS, BOOL, CMP_OPS, DTYPES, FLOAT_DTYPES, INT, INTRINSICS, LAUNCH_KEYS,
+    LOOP_ANNOTATIONS, LOOP_KINDS, READ_ONLY_ROLES, REDUCE_OPS, ROLES, SCOPES, Alloc, Barrier, BinOp,
+    Buffer, Call, Cast, Cmp, Const, Expr, ExprLike, For, HostFor, HostStep, If, Kernel, Launch, Let,
+    Load, LoopIRError, Node, Not, Prefetch, Program, Reduce, Select, Seq, Size, Stmt, Store, Var,
+    as_expr, call, children, const_int, eq, fconst, field_names, infer_dtype, land, maximum, minimum, ne, rename_buffer, seq,
+    simplify, substitute, transform, walk,
 )
+from cortex.core.loopir.sizes import linearizer_buffers, linearizer_sizes, shape_function, size_function  # noqa: F401

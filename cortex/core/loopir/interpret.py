@@ -405,6 +405,8 @@ class _Machine:
                 del self.locals[s.name]
         elif isinstance(s, ir.Barrier):
             pass  # lock-step execution: every lane has finished the statements before
+        elif isinstance(s, ir.Prefetch):
+            pass  # a cache hint: computes nothing
         else:
             raise InterpretError(f"cannot execute {s!r}")
 

@@ -19,8 +19,9 @@ Shape of a program
 
 Statements: :class:`For` (``kind`` says how it runs: serial, parallel CPU threads, vectorized,
 unrolled, GPU groups, GPU threads — GPU kinds are grid/block-stride loops, so any launch size
-is correct), :class:`Store`, :class:`Let`, :class:`Alloc` (private/shared arrays),
-:class:`If`, :class:`Barrier`, :class:`Seq`. Expressions: :class:`Const`, :class:`Var`,
+is correct; ``annotations`` are renderer hints such as "cold"), :class:`Store`, :class:`Let`,
+:class:`Alloc` (private/shared arrays), :class:`If`, :class:`Barrier`, :class:`Prefetch` (a
+cache hint, no effect on values), :class:`Seq`. Expressions: :class:`Const`, :class:`Var`,
 :class:`Load` (indirect when an index is itself a load), :class:`BinOp`, :class:`Cmp`,
 :class:`Not`, :class:`Select`, :class:`Cast`, :class:`Call` (math intrinsics) and
 :class:`Reduce` (sum / max / mean over a possibly variable-length range: dot products and
@@ -35,13 +36,22 @@ carry their dtype explicitly. ``print(program)`` gives readable pseudo-code.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from typing import Callable, Iterator, Mapping, Union
+from typing import Callable, Iterator, Union
+
+from cortex.core.errors import CortexError
 
 INT = "int32"
 BOOL = "bool"
 FLOAT_DTYPES = ("float32", "float64")
 DTYPES = (INT, BOOL) + FLOAT_DTYPES
 LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled", "gpu_group", "gpu_thread")
+#: Hints a schedule puts on a loop for the renderer (semantics unchanged): "cold" = rarely run
+#: (a jammed level's fallback), keep its code small rather than fast.
+LOOP_ANNOTATIONS = ("cold",)
+#: Launch settings a schedule records on a program for the runtime (``Program.launch``):
+#: "threads" (CPU worker threads of a call), "single_group_nodes" (inputs of at most this many
+#: nodes run as one work-group launch where the backend derives that form), "kernel_form".
+LAUNCH_KEYS = ("threads", "single_group_nodes", "kernel_form")
 SCOPES = ("global", "shared", "private")  # "shared" is OpenCL's __local, CUDA's __shared__
 ROLES = ("input", "param", "index", "output", "temp")  # input/param/index are read-only
 READ_ONLY_ROLES = ("input", "param", "index")
@@ -56,7 +66,7 @@ def _is_pow2(n: object) -> bool:
     return isinstance(n, int) and not isinstance(n, bool) and n >= 1 and n & (n - 1) == 0
 
 
-class LoopIRError(ValueError):
+class LoopIRError(CortexError, ValueError):
     """A LoopProgram is malformed (bad node fields, unknown names, failed verification)."""
 
 
@@ -301,6 +311,9 @@ class For(Stmt):
     group* of ``lanes`` consecutive threads of the group instead of one thread; all lanes of a
     group execute the body alike (same values, same stores) except that the cross-lane
     ``Reduce`` nodes of the same width inside it split their ranges over the lanes.
+
+    ``annotations`` (from ``LOOP_ANNOTATIONS``) are hints to the renderer that change nothing
+    the loop computes: ``"cold"`` marks a loop that rarely runs, whose code should be small.
     """
 
     var: str
@@ -309,6 +322,7 @@ class For(Stmt):
     body: Stmt
     kind: str = "serial"
     lanes: int = 1
+    annotations: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _check(self.var.isidentifier(), f"loop variable {self.var!r} is not an identifier")
@@ -316,6 +330,9 @@ class For(Stmt):
         _check(_is_pow2(self.lanes), f"loop lanes must be a power of two >= 1, got {self.lanes!r}")
         _check(self.lanes == 1 or self.kind == "gpu_thread",
                f"loop {self.var}: lanes={self.lanes} needs kind gpu_thread, got {self.kind!r}")
+        object.__setattr__(self, "annotations", tuple(self.annotations))
+        bad = [a for a in self.annotations if a not in LOOP_ANNOTATIONS]
+        _check(not bad, f"loop {self.var}: unknown annotations {bad}; known: {LOOP_ANNOTATIONS}")
         object.__setattr__(self, "start", as_expr(self.start))
         object.__setattr__(self, "stop", as_expr(self.stop))
 
@@ -341,6 +358,32 @@ class Let(Stmt):
     def __post_init__(self) -> None:
         _check(self.var.isidentifier(), f"let variable {self.var!r} is not an identifier")
         object.__setattr__(self, "value", as_expr(self.value))
+
+    def __repr__(self) -> str:
+        # the dataclass's text, built without recursing down a chain of lets (see __reduce__)
+        parts: list[str] = []
+        node: Stmt = self
+        while isinstance(node, Let):
+            parts.append(f"Let(var={node.var!r}, value={node.value!r}, body=")
+            node = node.body
+        return "".join(parts) + repr(node) + ")" * len(parts)
+
+    def __reduce__(self) -> tuple:
+        # A chain of lets (a jammed body holds hundreds) pickles flat: nested, it would exceed
+        # the interpreter's recursion limit (saved executables and the disk cache pickle programs).
+        pairs: list[tuple[str, Expr]] = []
+        node: Stmt = self
+        while isinstance(node, Let):
+            pairs.append((node.var, node.value))
+            node = node.body
+        return _let_chain, (tuple(pairs), node)
+
+
+def _let_chain(pairs: tuple[tuple[str, Expr], ...], body: Stmt) -> Stmt:
+    """The lets ``pairs`` (outermost first) around ``body``: how a pickled :class:`Let` chain is rebuilt."""
+    for var, value in reversed(pairs):
+        body = Let(var, value, body)
+    return body
 
 
 @dataclass(frozen=True)
@@ -378,6 +421,21 @@ class Barrier(Stmt):
 
     def __post_init__(self) -> None:
         _check(self.scope in BARRIER_SCOPES, f"Barrier scope {self.scope!r} not in {BARRIER_SCOPES}")
+
+
+@dataclass(frozen=True)
+class Prefetch(Stmt):
+    """A cache hint: the ``count`` elements from ``buffer[index...]`` on (contiguous along the
+    last axis) will be read soon. Computes nothing; a renderer may emit cache prefetches or
+    nothing, the interpreter skips it. The verifier checks the range lies inside the buffer."""
+
+    buffer: str
+    index: tuple[Expr, ...]
+    count: int = 1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "index", tuple(as_expr(i) for i in self.index))
+        _check(isinstance(self.count, int) and self.count >= 1, f"prefetch count must be >= 1, got {self.count!r}")
 
 
 @dataclass(frozen=True)
@@ -485,15 +543,22 @@ HostStep = Union[Launch, HostFor]
 
 @dataclass(frozen=True)
 class Program(Node):
+    """``launch``: ``(key, value)`` launch settings the schedule chose for the runtime (keys from
+    ``LAUNCH_KEYS``; the thread count of a CPU call, the input size up to which a backend runs
+    its single-work-group form); read with :meth:`launch_setting`."""
+
     name: str
     sizes: tuple[Size, ...]
     buffers: tuple[Buffer, ...]
     kernels: tuple[Kernel, ...]
     host: tuple[HostStep, ...]
+    launch: tuple[tuple[str, object], ...] = ()
 
     def __post_init__(self) -> None:
-        for f in ("sizes", "buffers", "kernels", "host"):
+        for f in ("sizes", "buffers", "kernels", "host", "launch"):
             object.__setattr__(self, f, tuple(getattr(self, f)))
+        bad = [k for k, _ in self.launch if k not in LAUNCH_KEYS]
+        _check(not bad, f"program {self.name}: unknown launch settings {bad}; known: {LAUNCH_KEYS}")
         names = [s.name for s in self.sizes] + [b.name for b in self.buffers]
         dup = {n for n in names if names.count(n) > 1}
         _check(not dup, f"program {self.name}: duplicate size/buffer names {sorted(dup)}")
@@ -511,6 +576,10 @@ class Program(Node):
             if k.name == name:
                 return k
         raise LoopIRError(f"program {self.name} has no kernel {name!r}")
+
+    def launch_setting(self, key: str, default: object = None) -> object:
+        """The value of launch setting ``key`` (see ``launch``), or ``default``."""
+        return dict(self.launch).get(key, default)
 
     @property
     def size_names(self) -> tuple[str, ...]:
@@ -576,6 +645,8 @@ def _map_value(v, f):
 
 def transform(node: Node, f: Callable[[Node], Node | None]) -> Node:
     """Rebuild ``node`` bottom-up; ``f`` returns a replacement for a node or None to keep it."""
+    if isinstance(node, Let) and isinstance(node.body, Let):
+        return _transform_lets(node, f)
     changes = {}
     for name in field_names(node):
         v = getattr(node, name)
@@ -586,6 +657,25 @@ def transform(node: Node, f: Callable[[Node], Node | None]) -> Node:
         node = replace(node, **changes)  # type: ignore[type-var]
     r = f(node)
     return node if r is None else r
+
+
+def _transform_lets(node: Let, f: Callable[[Node], Node | None]) -> Node:
+    """:func:`transform` of a chain of lets without a Python frame per let (a kernel body
+    nests one let per value, and a node jam multiplies them): the values in order, then what
+    the chain binds, then each let rebuilt from the innermost out -- the same calls of ``f`` in
+    the same order as the recursion."""
+    chain: list[Let] = []
+    n: Node = node
+    while isinstance(n, Let):
+        chain.append(n)
+        n = n.body
+    values = [_map_value(let.value, f) for let in chain]
+    body = _map_value(n, f)
+    for let, value in zip(reversed(chain), reversed(values)):
+        new = let if value is let.value and body is let.body else replace(let, value=value, body=body)
+        r = f(new)
+        body = new if r is None else r
+    return body
 
 
 def substitute(node: Node, mapping: dict[str, Expr]) -> Node:
@@ -666,70 +756,3 @@ def simplify(node: Node) -> Node:
         return None
 
     return transform(node, f)
-
-
-# --------------------------------------------------------------------------- the linearizer's arrays
-
-#: Sizes bound from a ``LinearizedBatch``: nodes, child edges, batch, levels, leaves (NL <= N).
-def linearizer_sizes() -> tuple[Size, ...]:
-    n = Var("N")
-    return (Size("N"), Size("E"), Size("B"), Size("L"), Size("NL", hi=n))
-
-
-def linearizer_buffers(
-    arity: int, vocab: int | None = None, features: int | None = None
-) -> tuple[Buffer, ...]:
-    """Declarations of the ``LinearizedBatch`` arrays with the value-range facts its contract
-    guarantees (``cortex/core/linearize/structure.py``). ``arity`` is the constant width of
-    ``child_table`` the program indexes (the model's arity, or its maximum for variable
-    arity); ``vocab`` adds ``word_ids`` in [-1, vocab-1]; ``features`` adds ``features[N, F]``
-    (float64, as the linearizer produces it)."""
-    n, e, b, lv = Var("N"), Var("E"), Var("B"), Var("L")
-    zero = Const(0)
-    out = [
-        Buffer("level_offsets", INT, (lv + 1,), "index", (zero, n), monotone=True),
-        Buffer("child_offsets", INT, (n + 1,), "index", (zero, e), monotone=True),
-        Buffer("child_ids", INT, (e,), "index", (zero, n - 1)),
-        Buffer("child_table", INT, (n, Const(arity)), "index", (Const(-1), n - 1)),
-        Buffer("roots", INT, (b,), "index", (zero, n - 1)),
-        Buffer("node_input", INT, (n,), "index", (zero, b - 1)),
-    ]
-    if vocab is not None:
-        out.append(Buffer("word_ids", INT, (n,), "index", (Const(-1), Const(vocab - 1))))
-    if features is not None:
-        out.append(Buffer("features", "float64", (n, Const(features)), "input"))
-    return tuple(out)
-
-
-_INT_OPS: dict[str, Callable[[int, int], int]] = {
-    "+": lambda a, b: a + b,
-    "-": lambda a, b: a - b,
-    "*": lambda a, b: a * b,
-    "//": lambda a, b: a // b,
-    "%": lambda a, b: a % b,
-    "min": min,
-    "max": max,
-}
-
-
-def size_function(e: ExprLike) -> Callable[[Mapping[str, int]], int]:
-    """``e`` (an int expression over size symbols: Const, Var, + - * // % min max) compiled
-    once into a function of the sizes. Shapes are evaluated on every executable call, so this
-    keeps the IR walk out of the hot path."""
-    e = as_expr(e)
-    if isinstance(e, Const) and e.dtype == INT:
-        value = int(e.value)
-        return lambda sizes: value
-    if isinstance(e, Var) and e.dtype == INT:
-        name = e.name
-        return lambda sizes: int(sizes[name])
-    if isinstance(e, BinOp) and e.op in _INT_OPS:
-        fa, fb, op = size_function(e.a), size_function(e.b), _INT_OPS[e.op]
-        return lambda sizes: op(fa(sizes), fb(sizes))
-    raise LoopIRError(f"not a size expression (ints, size symbols, + - * // % min max): {e}")
-
-
-def shape_function(shape: tuple[Expr, ...]) -> Callable[[Mapping[str, int]], tuple[int, ...]]:
-    """A buffer shape compiled with :func:`size_function`: ``shape_function(b.shape)(sizes)``."""
-    dims = tuple(size_function(d) for d in shape)
-    return lambda sizes: tuple(d(sizes) for d in dims)

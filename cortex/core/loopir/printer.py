@@ -58,7 +58,8 @@ def _stmt(s: ir.Stmt, d: int) -> list[str]:
     if isinstance(s, ir.For):
         kind = "" if s.kind == "serial" else f"{s.kind} "
         lanes = f" ({s.lanes} lanes each)" if s.lanes > 1 else ""
-        head = f"{pad}{kind}for {s.var} in {format_expr(s.start)}..{format_expr(s.stop)}{lanes}:"
+        notes = f"  # {', '.join(s.annotations)}" if s.annotations else ""
+        head = f"{pad}{kind}for {s.var} in {format_expr(s.start)}..{format_expr(s.stop)}{lanes}:{notes}"
         return [head] + _stmt(s.body, d + 1)
     if isinstance(s, ir.Store):
         idx = ", ".join(format_expr(i) for i in s.index)
@@ -75,6 +76,9 @@ def _stmt(s: ir.Stmt, d: int) -> list[str]:
         return out
     if isinstance(s, ir.Barrier):
         return [f"{pad}barrier({s.scope})"]
+    if isinstance(s, ir.Prefetch):
+        idx = ", ".join(format_expr(i) for i in s.index)
+        return [f"{pad}prefetch {s.buffer}[{idx}] x {s.count}"]
     raise ir.LoopIRError(f"cannot print statement {s!r}")
 
 
@@ -116,6 +120,8 @@ def format_program(p: ir.Program) -> str:
         lines += _stmt(k.body, 2)
     lines.append("  host:")
     lines += [line for s in p.host for line in _host(s, 2)]
+    if p.launch:
+        lines.append("  launch: " + ", ".join(f"{k}={v}" for k, v in p.launch))
     return "\n".join(lines)
 
 

@@ -52,7 +52,9 @@ class Affine:
 
     @staticmethod
     def of(const: int = 0, terms: dict[str, int] | None = None) -> "Affine":
-        t = tuple(sorted((k, v) for k, v in (terms or {}).items() if v != 0))
+        if not terms:
+            return Affine(const)
+        t = tuple(sorted((k, v) for k, v in terms.items() if v != 0))
         return Affine(const, t)
 
     def __add__(self, o: "Affine") -> "Affine":
@@ -92,6 +94,7 @@ UNKNOWN = Interval(None, None)
 
 class _Prover:
     def __init__(self, sizes: Iterable[ir.Size]) -> None:
+        self._le: dict[tuple[Affine, Affine], bool] = {}
         self.lo: dict[str, int] = {}
         self.hi: dict[str, Affine] = {}
         for s in sizes:
@@ -116,7 +119,13 @@ class _Prover:
         return a.const + sum(c * self.lo.get(k, 0) for k, c in a.terms) >= 0
 
     def le(self, a: Affine | None, b: Affine | None) -> bool:
-        return a is not None and b is not None and self.nonneg(b - a)
+        if a is None or b is None:
+            return False
+        key = (a, b)  # the same few bounds are compared for every access: remember the answers
+        hit = self._le.get(key)
+        if hit is None:
+            hit = self._le[key] = self.nonneg(b - a)
+        return hit
 
 
 def affine(e: ir.Expr, symbols: set[str]) -> Affine | None:
@@ -160,6 +169,7 @@ class _Checker:
         self.sizes = set(program.size_names)
         self.prover = _Prover(program.sizes)
         self.buffers = {b.name: b for b in program.buffers}
+        self._dtypes: dict[int, tuple[dict, dict[str, str]]] = {}
         self.where = ""
 
     def err(self, msg: str) -> None:
@@ -189,9 +199,13 @@ class _Checker:
 
     # ------------------------------------------------------------ expressions
     def dtypes(self, sc: _Scope) -> dict[str, str]:
-        d = {n: b.dtype for n, b in self.buffers.items()}
-        d.update({n: a.dtype for n, a in sc.locals.items()})
-        return d
+        # one dict per set of allocs in scope (asked for every expression checked)
+        hit = self._dtypes.get(id(sc.locals))
+        if hit is None or hit[0] is not sc.locals:
+            d = {n: b.dtype for n, b in self.buffers.items()}
+            d.update({n: a.dtype for n, a in sc.locals.items()})
+            hit = self._dtypes[id(sc.locals)] = (sc.locals, d)
+        return hit[1]
 
     def dtype(self, e: ir.Expr, sc: _Scope) -> str:
         try:
@@ -501,6 +515,13 @@ class _Checker:
             if s.orelse is not None:
                 f = self.refine(sc, s.cond, False)
                 self.stmt(s.orelse, _Scope(f.vars, f.facts, f.locals, f.loops, True))
+        elif isinstance(s, ir.Prefetch):
+            for i in s.index:
+                self.expr(i, sc)
+            self.access(s.buffer, s.index, sc, "prefetch")
+            if s.index:  # the last of the `count` elements is in bounds too
+                last = s.index[:-1] + (ir.BinOp("+", s.index[-1], ir.Const(s.count - 1)),)
+                self.access(s.buffer, last, sc, "prefetch")
         elif isinstance(s, ir.Barrier):
             if s.scope == "grid":
                 if any(k != "serial" for k in sc.loops) or sc.in_if:

@@ -9,7 +9,7 @@ and the notes. Everything is done with the pure primitives of ``cortex.core.lowe
 
 =====================  =====================================================================
 ``weight_layout``      ``change_layout`` on every 2-D GEMV weight (packed: blocks of
-                       ``vector_width`` rows; a weight whose rows do not divide is left alone)
+                       ``weight_block`` rows; a weight whose rows do not divide is left alone)
 ``unroll``             ``unroll_reduce`` on every GEMV reduction whose trip count it divides
 ``tile_hidden``        ``split`` of each hidden loop longer than the tile
 ``vector_width``       the innermost hidden part becomes a ``vectorized`` loop of that width
@@ -18,8 +18,8 @@ and the notes. Everything is done with the pure primitives of ``cortex.core.lowe
                        ``gpu_thread`` (hidden) on a grid target
 ``persistent``         grid targets with enough shared memory: ``cache`` of the weights in
                        shared memory at kernel start; elsewhere a no-op (noted)
-``threads``            ``Kernel.threads_per_group`` on a grid target; CPU: the runtime's
-                       thread count (noted, no program change)
+``threads``            ``Kernel.threads_per_group`` on a grid target; CPU: the team size of a
+                       call, recorded in ``Program.launch`` for the runtime
 ``reduce_lanes``       on a target with warp shuffles, a nest whose hidden loop runs
                        ``gpu_thread`` gets lane groups (``For.lanes``) and its GEMV reductions
                        the same ``Reduce.lanes`` (0 = auto: ``threads //`` the loop's trip
@@ -27,7 +27,12 @@ and the notes. Everything is done with the pure primitives of ``cortex.core.lowe
 =====================  =====================================================================
 
 ``kernel_form``, ``leaf_specialization`` and ``fuse`` shape the program while it is built
-(``lower`` / ``cases``). Knobs that cannot apply are no-ops and say so in the notes.
+(``lower`` / ``lower_case``); where the backend derives a one-work-group kernel
+(``Capabilities.single_group_form``) ``kernel_form`` and ``single_group_nodes`` go to the runtime
+in ``Program.launch``. :func:`apply_loop_schedule` then applies the loop-shape knobs
+(``wide_lanes``, ``hidden_jam``, ``interchange``, ``node_jam`` and its knobs, ``prefetch``,
+``node_chunk``), each a transform of ``cortex.core.lowering.loop_shapes``, ``level_interchange`` or
+``jam``. Knobs that cannot apply are no-ops and say so in the notes.
 """
 
 from __future__ import annotations
@@ -35,10 +40,13 @@ from __future__ import annotations
 from dataclasses import fields, replace
 from typing import TYPE_CHECKING
 
-from cortex.core import loopir as ir
+from cortex.core.lowering import loop_shapes as shapes
 from cortex.core.lowering import transforms as lt
-from cortex.core.lowering.schedule import Schedule
+from cortex.core import loopir as ir
 from cortex.core.plugin.capabilities import Capabilities
+from cortex.core.lowering.jam import JamOptions, jam_levels, stages
+from cortex.core.lowering.level_interchange import interchange_levels
+from cortex.core.lowering.schedule import Schedule
 
 if TYPE_CHECKING:
     from cortex.core.lowering.cases import LowerContext
@@ -51,7 +59,6 @@ def _itemsize(dtype: str) -> int:
 def apply_schedule(program: ir.Program, s: Schedule, caps: Capabilities,
                    ctx: "LowerContext") -> tuple[ir.Program, list[str]]:
     notes: list[str] = []
-    names = ctx.names
     grid = caps.has_grid
 
     # weight layouts
@@ -61,15 +68,16 @@ def apply_schedule(program: ir.Program, s: Schedule, caps: Capabilities,
             b = program.buffer(w)
             rows = ir.const_int(b.shape[0])
             if s.weight_layout == "packed":
-                if rows is None or rows % s.vector_width:
+                if rows is None or rows % s.weight_block:
                     skipped.append(w)
                     continue
-                program = lt.change_layout(program, w, "packed", s.vector_width)
+                program = lt.change_layout(program, w, "packed", s.weight_block)
             else:
                 program = lt.change_layout(program, w, s.weight_layout)
             changed.append(w)
-        notes.append(f"weight_layout={s.weight_layout}: applied to {changed or 'no weights'}"
-                     + (f"; left row-major (rows not a multiple of {s.vector_width}): {skipped}" if skipped else ""))
+        block = f" (blocks of {s.weight_block} rows)" if s.weight_layout == "packed" else ""
+        notes.append(f"weight_layout={s.weight_layout}{block}: applied to {changed or 'no weights'}"
+                     + (f"; left row-major (rows not a multiple of {s.weight_block}): {skipped}" if skipped else ""))
 
     if s.unroll > 1:
         notes.append(f"unroll={s.unroll}: {ctx.stats.get('unrolled', 0)} GEMV reductions unrolled"
@@ -108,13 +116,72 @@ def apply_schedule(program: ir.Program, s: Schedule, caps: Capabilities,
         else:
             notes.append(f"reduce_lanes={s.reduce_lanes}: no nest uses lane groups (one thread per hidden unit)")
 
-    # threads
+    # threads and the other launch settings the runtime reads
+    launch: list[tuple[str, object]] = []
     if grid:
         program = replace(program, kernels=tuple(replace(k, threads_per_group=s.threads) for k in program.kernels))
         notes.append(f"threads={s.threads} per group")
     else:
-        notes.append(f"threads={s.threads}: CPU worker threads (runtime setting)")
+        launch.append(("threads", s.threads))
+        notes.append(f"threads={s.threads}: CPU worker threads of a call")
+    if caps.single_group_form:
+        launch += [("kernel_form", s.kernel_form), ("single_group_nodes", s.single_group_nodes)]
+        notes.append(f"kernel_form={s.kernel_form}: " + {
+            "auto": f"one work-group for inputs of at most {s.single_group_nodes} nodes, else a launch per level",
+            "single": "every level in one work-group launch",
+            "per_level": "a launch per level"}[s.kernel_form])
+    program = replace(program, launch=tuple(launch))
+    program, loop_notes = apply_loop_schedule(program, s, caps)
+    return program, notes + loop_notes
+
+
+def apply_loop_schedule(program: ir.Program, s: Schedule, caps: Capabilities) -> tuple[ir.Program, list[str]]:
+    """The loop-shape knobs, in this order, each a pure ``LoopProgram -> LoopProgram``
+    transform checked against its input on the interpreter in the tests:
+
+    ``wide_lanes``      ``loop_shapes.widen_vector_nests`` (matrix nests' column loops)
+    ``hidden_jam``      ``loop_shapes.block_hidden_loops`` (only with a node jam)
+    ``interchange``     ``level_interchange.interchange_levels``
+    ``node_jam`` & co.  ``jam.jam_levels`` (groups of nodes, fused reductions)
+    ``prefetch``        ``loop_shapes.insert_prefetches`` (gathered table rows)
+    ``node_chunk``      ``loop_shapes.chunk_nodes`` (parallel node loops not jammed)
+    """
+    notes: list[str] = []
+    if s.wide_lanes:
+        program, n = shapes.widen_vector_nests(program, s.wide_lanes)
+        notes.append(f"wide_lanes={s.wide_lanes}: {n} split column loops merged into one vector")
+    jam = s.node_jam > 1
+    if jam:
+        program, n = shapes.block_hidden_loops(program, s.hidden_jam)
+        if n:
+            notes.append(f"hidden_jam={s.hidden_jam}: {n} node loops' hidden loops cut into blocks of {s.hidden_jam}")
+    if s.interchange:
+        program, n = interchange_levels(program)
+        notes.append(f"interchange: {n} level loops inside their hidden-unit loops (threads split the weight rows)")
+    if jam:
+        lanes = caps.vector_lanes(_itemsize(_float_dtype(program)))
+        opts = JamOptions(nodes=s.node_jam, pad=s.jam_pad, accumulators=s.jam_accumulators,
+                          register_lanes=lanes if lanes > 1 else s.hidden_jam, unroll=s.jam_unroll,
+                          interleave=s.jam_interleave)
+        program, n = jam_levels(program, opts, interchanged=s.interchange)
+        notes.append(f"node_jam={s.node_jam}: {n} level loops jammed"
+                     f"{'' if s.interchange else ' (work units of hidden block x node chunk)'} in groups of "
+                     f"{'/'.join(str(m) for m, _ in stages(s.node_jam, s.jam_pad))} nodes, "
+                     f"{s.hidden_jam} hidden units, fused loops of at most {s.jam_accumulators} accumulators, "
+                     f"{s.jam_unroll} steps a trip")
+    if s.prefetch:
+        program, n = shapes.insert_prefetches(program, s.prefetch)
+        notes.append(f"prefetch={s.prefetch}: {n} node loops prefetch gathered rows {s.prefetch} nodes ahead")
+    if s.node_chunk > 1:
+        program, n = shapes.chunk_nodes(program, s.node_chunk, s.hidden_tiles)
+        notes.append(f"node_chunk={s.node_chunk}: {n} node loops run {s.node_chunk} nodes per work unit"
+                     + (f" x {s.hidden_tiles} hidden tiles" if s.hidden_tiles > 1 else ""))
     return program, notes
+
+
+def _float_dtype(program: ir.Program) -> str:
+    dts = program.float_dtypes()
+    return "float64" if "float64" in dts else "float32"
 
 
 def schedule_nest(stmt: ir.Stmt, var: str, extent: int, reduces: list[tuple[str, int]],

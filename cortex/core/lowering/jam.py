@@ -1,376 +1,266 @@
-"""Node jamming with fused reductions: a target-neutral ``Program -> Program`` transform.
+"""Node jam: groups of a level's nodes computed together (the ``node_jam`` knobs).
 
-Pipeline position: after scheduling, before rendering, in backends whose compiler vectorizes a
-short contiguous loop into SIMD registers (the ``opencl`` backend applies it; a CUDA or C
-backend could too). Pure: the result computes the same values as the input (up to the order of
-float additions inside each sum) and is checked against it on the interpreter in the tests.
+Pipeline position: a schedule transform (``LoopProgram -> LoopProgram``), applied by
+``cortex.core.lowering.apply_schedule.apply_loop_schedule`` after the level interchange
+(``cortex.core.lowering.level_interchange``), whose node loops it rewrites; the one jam every backend
+gets (its knobs' defaults come from the target's capabilities). Target-neutral and pure: the
+result computes what the input computes (up to the association of each sum's additions) and the
+tests check it against the input on the interpreter.
 
-A level kernel as the lowering writes it computes, per node ``v`` and hidden unit ``jn``, a few
-dot products over the same range (a TreeLSTM: five gate rows times two children, ten 256-term
-sums), each a separate loop that re-reads the child's ``h`` and reads the weight row alone::
+It applies to a node loop (:func:`~cortex.core.lowering.level_interchange.is_node_loop`: its
+iterations are independent) whose body is node lets around one ``vectorized`` hidden block
+``vectorized for jv in 0..W: B`` with ``B`` lets and stores (an interchanged level: the loop
+over the hidden blocks is outside)::
 
-    parallel for v in LO..HI:
-      let ch0 = ..; let ch1 = ..                       # node lets
-      for jn in A..B:
-        let g = sum(k in 0..K: W[k, jn + c] * x(ch0, k)) + ..
-        ...
-        h[v, jn] = ..
+    for v in lo..hi:               alloc private next[1]: next[0] = lo
+      lets(v)                      for trip in 0..hi - lo:           # one group a trip, at most
+      vectorized for jv: B(v)        let v0 = next[0]
+                                     if lo <= v0 < hi:                # while nodes are left
+                                       let left = hi - v0
+                                       let v_q = min(v0 + q, hi - 1); lets(v_q)   # q < node_jam
+                                       if left >= 6 and guards(v_0 .. v_7):
+                                         <jammed block of 8 nodes> (jam_fuse); next[0] = v0 + min(left, 8)
+                                       else if left >= 3 and guards(v_0 .. v_3):
+                                         <jammed block of 4 nodes>; next[0] = v0 + min(left, 4)
+                                       else if left >= 2 and guards(v_0, v_1): <2 nodes> ...
+                                       else if guards(v_0): <1 node>; next[0] = v0 + 1
+                                       else: for v in v0..v0 + 1: lets(v); B(v)  # cold; next[0] = v0 + 1
 
-:func:`jam_nodes` rewrites it so that ONE work unit computes ``jam`` nodes times ``vector``
-consecutive hidden units, and each group of sibling sums over the same range becomes one loop
-whose accumulators (``jam`` x sums x ``vector`` values in a private array) are updated together::
+A cursor walks the level and each trip runs the largest group that fits and whose guards hold:
+``node_jam`` nodes while at least three quarters of that are left, then half as many, down to
+one (:func:`stages`: 8 while 6 are left, then 4 while 3 are, then 2, then 1). A short group
+repeats its last node (``min(v0 + q, hi - 1)``), which is allowed only with ``pad`` and when the
+body reads nothing it stores at its own row (:func:`no_self_reads`: a repeated read-modify-write
+would apply twice); otherwise every group needs its full size. A level of 2-5 nodes then costs a
+group of 2 or 4, not a padded 8. The loop has a trip per node at most; the trips after the last
+group do nothing.
 
-    parallel for g in 0..ceil((HI-LO)/jam) * (B-A)/vector:
-      let jb = A + (g // chunks) * vector; let v0 = LO + (g % chunks) * jam
-      if v0 + jam <= HI:                                 # a whole chunk
-        let node lets of v0, v0+1, .. (renamed)
-        alloc private acc[jam * sums * vector]:
-          for i, for jl (vectorized): acc[i*vector + jl] = 0
-          if every child guard holds:                    # no conditional load in the hot loop
-            for k in 0..K:                               # one loop per group of sums
-              for jl (vectorized): acc[(n*S + s)*vector + jl] += W[k, jb + jl + c] * x(ch_n, k)
-          else: the same loops with the guards
-          for each node n: for jl: let jn = jb + jl; the body, each fused sum read from acc
-      else: the same for the nodes v0..HI-1 (the level's last chunk: 1..jam-1 nodes, one
-            version per count)
-
-Each weight vector ``W[k, jb..jb+vector)`` is then loaded once for ``jam`` nodes and each
-child value ``x(ch_n, k)`` once for all the sums of its group: a register-blocked GEMM
-micro-kernel instead of ``jam * sums`` separate GEMVs. Consecutive ``g`` share the weight block
-(``g // chunks``), so the groups a core runs one after another reuse it from its cache, and a
-level of one node still has ``(B-A)/vector`` independent work units.
-
-Applies to a kernel's outermost ``parallel`` node loop whose body is node lets around ONE hidden
-loop with constant bounds (a multiple of ``vector`` long) that holds only lets and stores; the
-sums it fuses are ``sum`` reductions with constant bounds whose bodies use nothing bound inside
-the hidden loop but its variable. Moving those sums ahead of the stores of the other hidden
-units of the block is legal because every store of the hidden body is at the node's own row
-(first index ``v``) while every load of a stored buffer inside a fused sum is at a row named by
-a node let that loads it from an index buffer (a child: a node is never its own child in a
-linearized structure), and the node loop is ``parallel`` (its iterations are independent).
-Anything else is left unchanged.
+*Guards* are the conditions ``c`` of ``select(c, x, 0)`` in ``B`` that depend only on node lets
+and load nothing (a child exists: ``ch >= 0``); a jammed block is ``B`` with them taken (no
+conditional load in its loops), run when they hold for every node of the group. Where one fails
+the cursor tries the next smaller group, and a node whose own guard fails runs alone through
+the plain body, in a loop annotated ``cold`` (rarely run: its code is kept small). There is one
+copy of the plain body and one jammed block per group size. The always-true ``lo <= v0 < hi``
+and the ``min`` give the verifier the range of every node variable.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass
 
+from cortex.core.lowering import jam_fuse as fuse
 from cortex.core import loopir as ir
-
-#: Nodes per work unit.
-JAM = 4
-#: Accumulator budget of one fused loop (``jam`` x sums per loop): a 32-register SIMD file
-#: holds these plus the loads they share.
-MAX_ACCUMULATORS = 24
+from cortex.core.lowering.level_interchange import is_node_loop, node_lets
+from cortex.core.lowering.transforms import rewrite_loops
+from cortex.core.lowering.cases import NameGen
 
 
-def _vars(n: ir.Node) -> set[str]:
-    return {x.name for x in ir.walk(n) if isinstance(x, ir.Var)}
+@dataclass(frozen=True)
+class JamOptions:
+    """The node-jam knobs (``Schedule.node_jam``, ``jam_pad``, ``jam_accumulators``,
+    ``jam_unroll``) and the register width that counts accumulators."""
+
+    nodes: int = 8  # the first stage's group size (1: no jam)
+    pad: bool = True  # a short group repeats its last node where that is legal
+    accumulators: int = 24  # SIMD registers one fused loop may keep accumulators in
+    register_lanes: int = 16  # lanes of one SIMD register for the program's float type
+    unroll: int = 1  # steps of a fused reduction loop per trip (a constant trip count it divides)
+    interleave: bool = True  # the group's body let by let for every node (else node by node)
 
 
-def _bound(n: ir.Node) -> set[str]:
-    out: set[str] = set()
-    for x in ir.walk(n):
-        if isinstance(x, (ir.Let, ir.For, ir.Reduce)):
-            out.add(x.var)
-        elif isinstance(x, ir.Alloc):
-            out.add(x.name)
+def stages(nodes: int, pad: bool) -> tuple[tuple[int, int], ...]:
+    """``(group size, fewest nodes left that run it)`` per stage: sizes ``nodes, nodes/2, ..,
+    1``; with ``pad`` a group of ``m >= 4`` runs while ``m - m // 4`` are left (8 while 6)."""
+    out = []
+    m = nodes
+    while m >= 1:
+        out.append((m, m - m // 4 if pad and m >= 4 else m))
+        m //= 2
+    return tuple(out)
+
+
+def no_self_reads(body: ir.Stmt, node: str) -> bool:
+    """Does node ``node``'s body read nothing it stores (its own row of a stored buffer)? Then
+    computing a node twice stores the same values twice. Other rows of a stored buffer are
+    other nodes' (children, done at earlier levels: the level's nodes are independent)."""
+    own = {node}
+    for n in ir.walk(body):
+        if isinstance(n, ir.Let) and isinstance(n.value, ir.Var) and n.value.name in own:
+            own.add(n.var)
+    stored: dict[str, set] = {}
+    for n in ir.walk(body):
+        if isinstance(n, ir.Store):
+            stored.setdefault(n.buffer, set()).add(n.index)
+    for n in ir.walk(body):
+        if isinstance(n, ir.Load) and n.buffer in stored:
+            if n.index in stored[n.buffer] or (n.index and fuse.free_names(n.index[0]) & own):
+                return False
+    return True
+
+
+def _needs_branch(e: ir.Expr) -> bool:
+    """Could evaluating ``e`` unconditionally fault or cost a loop (loads, division, sums)?"""
+    return any(isinstance(n, (ir.Load, ir.Reduce)) or (isinstance(n, ir.BinOp) and n.op in ("//", "%"))
+               for n in ir.walk(e))
+
+
+def guards(block: ir.For, let_names: set[str]) -> tuple[list[ir.Expr], ir.Stmt] | None:
+    """The guard conditions of a hidden block (see the module doc) and its body with every
+    guard taken, or None when that body is not lets and stores without conditional loads."""
+    conds: list[ir.Expr] = []
+    for n in ir.walk(block.body):
+        if isinstance(n, ir.Select) and _needs_branch(n.a) and not _needs_branch(n.b):
+            names = fuse.free_names(n.cond)
+            if names and names <= let_names and not any(
+                    isinstance(m, (ir.Load, ir.Reduce)) for m in ir.walk(n.cond)) and n.cond not in conds:
+                conds.append(n.cond)
+    taken = ir.transform(block.body, lambda m: m.a if isinstance(m, ir.Select) and m.cond in conds else None)
+    for n in ir.walk(taken):
+        if isinstance(n, (ir.For, ir.If, ir.Alloc, ir.Barrier, ir.Prefetch)):
+            return None
+        if isinstance(n, ir.Select) and (_needs_branch(n.a) or _needs_branch(n.b)):
+            return None
+        if isinstance(n, ir.BinOp) and n.op in ("and", "or") and _needs_branch(n.b):
+            return None
+    return conds, taken  # type: ignore[return-value]
+
+
+def _land(conds: list[ir.Expr]) -> ir.Expr:
+    out = conds[0]
+    for c in conds[1:]:
+        out = ir.land(out, c)
     return out
 
 
-def _only_lets_and_stores(s: ir.Stmt) -> bool:
-    if isinstance(s, ir.Seq):
-        return all(_only_lets_and_stores(x) for x in s.stmts)
-    if isinstance(s, ir.Let):
-        return _only_lets_and_stores(s.body)
-    return isinstance(s, ir.Store)
-
-
-def _stores(s: ir.Node) -> list[ir.Store]:
-    return [x for x in ir.walk(s) if isinstance(x, ir.Store)]
-
-
-def _fusable(r: ir.Reduce, jn: str, inner: set[str]) -> bool:
-    if r.op != "sum" or r.lanes != 1:
-        return False
-    if ir.const_int(r.start) is None or ir.const_int(r.stop) is None:
-        return False
-    if any(isinstance(x, ir.Reduce) for x in ir.walk(r.body)):
-        return False
-    return not (_vars(r.body) & (inner - {jn, r.var}))
-
-
-def _guards(terms: list[ir.Expr], inner: set[str]) -> list[ir.Expr]:
-    """Conditions ``c`` of ``select(c, x, 0)`` in ``terms`` that use none of ``inner`` (the
-    summation and lane variables): a child guard, the same at every step of the sum."""
-    out: list[ir.Expr] = []
-    for t in terms:
-        for x in ir.walk(t):
-            if (isinstance(x, ir.Select) and isinstance(x.b, ir.Const) and x.b.value == 0
-                    and not (_vars(x.cond) & inner) and x.cond not in out
-                    and not any(isinstance(y, (ir.Load, ir.Reduce)) for y in ir.walk(x.cond))):
-                out.append(x.cond)
-    return out
-
-
-def _strip_guards(e: ir.Expr, guards: list[ir.Expr]) -> ir.Expr:
-    """``e`` with ``select(c, x, 0)`` -> ``x`` for every ``c`` in ``guards`` (known true)."""
-
-    def f(x: ir.Node) -> ir.Node | None:
-        if isinstance(x, ir.Select) and x.cond in guards and isinstance(x.b, ir.Const) and x.b.value == 0:
-            return x.a
+def jam_node_loop(loop: ir.For, opts: JamOptions, program: ir.Program, names: NameGen,
+                  independent: bool = False) -> ir.Stmt | None:
+    """``loop`` jammed (see the module doc), or None when it does not apply. ``independent``:
+    the caller knows the iterations are independent (a chunk of a level's nodes)."""
+    if opts.nodes < 2 or not (independent or is_node_loop(loop)):
         return None
-
-    return ir.transform(e, f)  # type: ignore[return-value]
-
-
-def _addends(e: ir.Expr) -> list[ir.Expr] | None:
-    if isinstance(e, ir.BinOp) and e.op == "+":
-        a, b = _addends(e.a), _addends(e.b)
-        return None if a is None or b is None else a + b
-    return [e]
-
-
-def _split_lane(e: ir.Expr, lane: str, base: str, vector: int) -> ir.Expr:
-    """``(base + lane + c) // vector`` -> ``(base + c) // vector`` and ``... % vector`` ->
-    ``lane`` when ``base`` and ``c`` are multiples of ``vector`` and ``0 <= lane < vector``:
-    the row-block and in-block index of a weight stored ``packed`` by ``vector`` rows, so the
-    lane only moves along the block (one vector load)."""
-
-    def f(x: ir.Node) -> ir.Node | None:
-        if not (isinstance(x, ir.BinOp) and x.op in ("//", "%") and ir.const_int(x.b) == vector):
-            return None
-        terms = _addends(x.a)
-        if terms is None or terms.count(ir.Var(lane)) != 1:
-            return None
-        rest = [t for t in terms if t != ir.Var(lane)]
-        for t in rest:
-            c = ir.const_int(t)
-            if not (t == ir.Var(base) or (c is not None and c % vector == 0)):
-                return None
-        if x.op == "%":
-            return ir.Var(lane)
-        total: ir.Expr = rest[0] if rest else ir.Const(0, ir.INT)
-        for t in rest[1:]:
-            total = ir.BinOp("+", total, t)  # type: ignore[arg-type]
-        return ir.BinOp("//", total, x.b)  # type: ignore[arg-type]
-
-    return ir.transform(e, f)  # type: ignore[return-value]
-
-
-def _group_key(r: ir.Reduce, jn: str) -> tuple:
-    """Sums whose hidden-unit-independent loads (a child's ``h[ch, k]``) agree sort together,
-    so one fused loop loads each such value once for all of them."""
-    shared = sorted(repr(ir.substitute(x, {r.var: ir.Var("k")})) for x in ir.walk(r.body)
-                    if isinstance(x, ir.Load) and jn not in _vars(x))
-    return (ir.const_int(r.start), ir.const_int(r.stop), tuple(shared))
-
-
-def _jam_loop(loop: ir.For, jam: int, vector: int, max_accs: int, fresh: str,
-              dtypes: dict[str, str]) -> ir.Stmt | None:
-    v = loop.var
-    lets: list[ir.Let] = []
-    body = loop.body
-    while isinstance(body, ir.Let):
-        lets.append(body)
-        body = body.body
-    if not isinstance(body, ir.For):
+    lets, block = node_lets(loop)
+    if not (isinstance(block, ir.For) and block.kind == "vectorized"):
         return None
-    hidden = body
-    a, b = ir.const_int(hidden.start), ir.const_int(hidden.stop)
-    if a is None or b is None or b <= a or (b - a) % vector:
+    a, b = ir.const_int(block.start), ir.const_int(block.stop)
+    if a != 0 or b is None or b < 1:
         return None
-    if hidden.kind not in ("serial", "unrolled", "vectorized", "parallel"):
+    let_names = {name for name, _ in lets}
+    found = guards(block, let_names)
+    if found is None:
         return None
-    if any(isinstance(x, ir.Reduce) for let in lets for x in ir.walk(let.value)):
-        return None
-    if not _only_lets_and_stores(hidden.body):
-        return None
-    jn = hidden.var
-    inner = _bound(hidden.body) | {jn}
-    # node lets that name another node: read from an index buffer (a child id), never ``v``
-    node_lets = {let.var for let in lets if any(isinstance(x, ir.Load) for x in ir.walk(let.value))}
-    stores = _stores(hidden.body)
-    stored = {s.buffer for s in stores}
-    if not all(s.index and s.index[0] == ir.Var(v) for s in stores):
-        return None
-    sums: list[ir.Reduce] = []
-    for x in ir.walk(hidden.body):
-        if isinstance(x, ir.Reduce) and _fusable(x, jn, inner) and x not in sums:
-            sums.append(x)
+    conds, taken = found
+    dtypes = {bf.name: bf.dtype for bf in program.buffers}
+    index_bufs = {bf.name for bf in program.buffers if bf.role == "index"}
+    child_lets = frozenset(name for name, value in lets
+                           if any(isinstance(n, ir.Load) and n.buffer in index_bufs for n in ir.walk(value)))
+    blk = fuse.Block(block.var, b, taken, loop.var, tuple(lets), dtypes, child_lets)
+    sums = fuse.fusable_sums(blk)
     if not sums:
         return None
-    for r in sums:  # a fused sum runs before the block's stores: it must not read them
-        for x in ir.walk(r.body):
-            if isinstance(x, ir.Load) and x.buffer in stored:
-                row = x.index[0] if x.index else None
-                if not (isinstance(row, ir.Var) and row.name in node_lets):
-                    return None
-    dt = {ir.infer_dtype(r, dtypes) for r in sums}
-    if len(dt) != 1 or next(iter(dt)) not in ir.FLOAT_DTYPES:
+    pad = opts.pad and no_self_reads(loop.body, loop.var)
+    regs = max(1, -(-b // max(1, opts.register_lanes)))  # registers per accumulator slot
+    lo, hi = ir.Var(names.fresh(f"{loop.var}_lo")), ir.Var(names.fresh(f"{loop.var}_hi"))
+    cursor = names.fresh(f"{loop.var}_next")
+    v0 = ir.Var(names.fresh(f"{loop.var}_0"))
+    left = ir.Var(names.fresh(f"{loop.var}_left"))
+
+    # the nodes v0 .. v0 + M - 1 (the last one repeated past hi) and their lets, for the tests
+    # and every group size
+    M = opts.nodes
+    vs = [ir.Var(names.fresh(f"{loop.var}_{q}")) for q in range(M)]
+    envs: list[dict[str, ir.Expr]] = []
+    binds: list[tuple[str, ir.Expr]] = [(vs[0].name, v0)] + [(vs[q].name, ir.minimum(v0 + q, hi - 1))
+                                                            for q in range(1, M)]
+    for q in range(M):
+        env: dict[str, ir.Expr] = {loop.var: vs[q]}
+        for name, value in lets:
+            v = ir.substitute(value, env)
+            var = ir.Var(names.fresh(f"{name}_{q}"), ir.infer_dtype(v, dtypes))  # type: ignore[arg-type]
+            env[name] = var
+            binds.append((var.name, v))  # type: ignore[arg-type]
+        envs.append(env)
+
+    def group(m: int) -> ir.Stmt:
+        """Nodes ``v0 .. v0 + m - 1`` jammed, the cursor moved past them."""
+        per_loop = max(1, opts.accumulators // (m * regs))
+        loops = fuse.plan_loops(sums, per_loop)
+        moved = v0 + ir.minimum(left, m) if m > 1 else v0 + 1
+        return ir.seq(fuse.jammed_block(blk, m, envs[:m], sums, loops, opts.unroll, names, opts.interleave),
+                      ir.Store(cursor, (ir.Const(0),), moved))
+
+    # the largest group that fits and whose guards hold; a node whose guards fail runs alone
+    # through the plain body (cold)
+    fv = names.fresh(loop.var)
+    plain = fuse.renamed_binders(ir.substitute(loop.body, {loop.var: ir.Var(fv)}), names)
+    step: ir.Stmt = ir.seq(ir.For(fv, v0, v0 + 1, plain, "serial", annotations=("cold",)),  # type: ignore[arg-type]
+                           ir.Store(cursor, (ir.Const(0),), v0 + 1))
+    for m, least in reversed(stages(M, pad)):
+        tests = [ir.substitute(cond, envs[q]) for q in range(m) for cond in conds]
+        if m > 1:
+            tests.insert(0, ir.Cmp(">=", left, ir.Const(least)))
+        step = group(m) if not tests else ir.If(_land(tests), group(m), step)  # type: ignore[arg-type]
+    for name, value in reversed(binds):
+        step = ir.Let(name, value, step)
+    step = ir.Let(left.name, hi - v0, step)
+    trips = ir.Var(names.fresh(f"{loop.var}_trip"))
+    body = ir.Let(v0.name, ir.Load(cursor, (ir.Const(0),)),
+                  ir.If(ir.Cmp(">=", v0, lo), ir.If(ir.Cmp("<", v0, hi), step)))
+    out = ir.Alloc(cursor, ir.INT, (1,), "private", ir.seq(
+        ir.Store(cursor, (ir.Const(0),), lo), ir.For(trips.name, 0, hi - lo, body, "serial")))
+    return ir.Let(lo.name, loop.start, ir.Let(hi.name, loop.stop, out))
+
+
+def jam_chunks(loop: ir.For, opts: JamOptions, program: ir.Program, names: NameGen) -> ir.Stmt | None:
+    """A parallel level loop that was not interchanged, ``lets; for jb in 0..B: vectorized for jv:
+    B`` (hidden blocks inside each node), jammed as work units of (hidden block, chunk of
+    ``node_jam`` nodes)::
+
+        parallel for g in 0..B * C:                     # C = ceil(level / node_jam) chunks
+          let jb = g // C; let first = lo + (g % C) * node_jam; let last = min(first + node_jam, hi)
+          <the chunk's nodes first..last jammed over block jb, as in the module doc>
+
+    Consecutive work units share a hidden block (its weights stay in the cache for the next
+    chunk), and a level of one node still has ``B`` work units. None when it does not apply."""
+    if loop.kind != "parallel" or not is_node_loop(loop):
         return None
-    dtype = next(iter(dt))
-
-    order = sorted(range(len(sums)), key=lambda i: (_group_key(sums[i], jn), i))
-    per_loop = max(1, max_accs // jam)
-    groups: list[list[int]] = []  # same range and shared loads, at most per_loop sums each
-    for i in order:
-        if groups and len(groups[-1]) < per_loop and _group_key(sums[groups[-1][0]], jn) == _group_key(sums[i], jn):
-            groups[-1].append(i)
-        else:
-            groups.append([i])
-    nsum = len(sums)
-
-    g = ir.Var(fresh + "g")
-    jb, v0 = ir.Var(fresh + "jb"), ir.Var(fresh + "base")
-    chunks = (loop.stop - loop.start + (jam - 1)) // jam
-    tiles = (b - a) // vector
-    lo, hi = loop.start, loop.stop
-
-    def block(count: int, first: ir.Expr, tag: str) -> ir.Stmt:
-        """``count`` nodes from ``first`` on (all below HI), the hidden units of tile ``jb``."""
-        acc = f"{fresh}acc{tag}"
-
-        def node_env(n: int) -> dict[str, ir.Expr]:
-            return {v: ir.Var(f"{fresh}{tag}v{n}")} | {let.var: ir.Var(f"{fresh}{tag}{let.var}_{n}") for let in lets}
-
-        # accumulation: zero, then one loop per group of sums over its range
-        jl = fresh + "jl"
-        k = fresh + "k"
-        zero = ir.fconst(0.0, dtype)
-        terms: dict[tuple[int, int], ir.Expr] = {}
-        for n in range(count):
-            env = node_env(n)
-            for s, r in enumerate(sums):
-                term = ir.substitute(r.body, {**env, r.var: ir.Var(k), jn: jb + ir.Var(jl)})
-                if a % vector == 0:  # jb is a multiple of vector: packed-weight indices simplify
-                    term = _split_lane(term, jl, jb.name, vector)  # type: ignore[arg-type]
-                terms[n, s] = term  # type: ignore[assignment]
-        guards = _guards(list(terms.values()), {k, jl})
-
-        def accumulation(unguarded: bool) -> list[ir.Stmt]:
-            loops: list[ir.Stmt] = []
-            for grp in groups:
-                r0 = sums[grp[0]]
-                stmts: list[ir.Stmt] = []
-                for n in range(count):
-                    for s in grp:
-                        term = _strip_guards(terms[n, s], guards) if unguarded else terms[n, s]
-                        slot = ir.Const((n * nsum + s) * vector, ir.INT) + ir.Var(jl)
-                        stmts.append(ir.For(jl, 0, vector, ir.Store(
-                            acc, (slot,), ir.BinOp("+", ir.Load(acc, (slot,)), term)), "vectorized"))  # type: ignore[arg-type]
-                loops.append(ir.For(k, r0.start, r0.stop, ir.seq(*stmts), "serial"))
-            return loops
-
-        accumulate: list[ir.Stmt] = [
-            ir.For(fresh + "i", 0, count * nsum, ir.For(jl, 0, vector, ir.Store(
-                acc, (ir.Var(fresh + "i") * vector + ir.Var(jl),), zero), "vectorized"), "unrolled")]
-        if guards:
-            # every guard holds (a TreeLSTM's internal nodes: both children exist): the loop
-            # without conditional loads; else the guarded one
-            test = guards[0]
-            for c in guards[1:]:
-                test = ir.land(test, c)
-            accumulate.append(ir.If(test, ir.seq(*accumulation(True)), ir.seq(*accumulation(False))))
-        else:
-            accumulate += accumulation(False)
-
-        # the bodies, node by node, each fused sum read from its accumulator
-        finish: list[ir.Stmt] = []
-        for n in range(count):
-
-            def f(x: ir.Node, n: int = n) -> ir.Node | None:
-                if isinstance(x, ir.Reduce) and x in sums:
-                    s = sums.index(x)
-                    return ir.Load(acc, (ir.Const((n * nsum + s) * vector, ir.INT) + ir.Var(jl),))
-                return None
-
-            per_node: ir.Stmt = ir.For(jl, 0, vector, ir.Let(jn, jb + ir.Var(jl), ir.transform(hidden.body, f)),  # type: ignore[arg-type]
-                                       "serial" if hidden.kind == "parallel" else hidden.kind)
-            for let in reversed(lets):
-                per_node = ir.Let(let.var, let.value, per_node)
-            finish.append(ir.Let(v, node_env(n)[v], per_node))
-
-        out: ir.Stmt = ir.Alloc(acc, dtype, (count * nsum * vector,), "private", ir.seq(*accumulate, *finish))
-        for n in reversed(range(count)):  # node lets of every node of the block
-            env = node_env(n)
-            for let in reversed(lets):
-                value = ir.substitute(let.value, {v: env[v]} | {x.var: env[x.var] for x in lets})
-                out = ir.Let(env[let.var].name, value, out)  # type: ignore[union-attr]
-            # always true (the caller checked): it states the node's range for the verifier,
-            # which cannot bound ``LO + (g % chunks) * jam + n`` by itself (likewise the tile test)
-            out = ir.If(ir.land(ir.Cmp(">=", env[v], lo), ir.Cmp("<", env[v], hi)), out)
-            out = ir.Let(env[v].name, first + n, out)  # type: ignore[union-attr]
-        return out
-
-    # a whole chunk jammed; the level's last, partial chunk jammed over the nodes it has (each
-    # weight vector still read once per chunk, no node computed twice)
-    inner_body: ir.Stmt = block(1, v0, "r1")
-    for count in range(2, jam):
-        inner_body = ir.If(ir.Cmp("==", hi - v0, ir.Const(count, ir.INT)), block(count, v0, f"r{count}"), inner_body)
-    inner_body = ir.If(ir.Cmp("<=", v0 + jam, hi), block(jam, v0, "all"), inner_body)
-    inner_body = ir.Let(v0.name, lo + (g % chunks) * jam, inner_body)
-    inner_body = ir.If(ir.land(ir.Cmp(">=", jb, ir.Const(a, ir.INT)), ir.Cmp("<=", jb, ir.Const(b - vector, ir.INT))),
-                       inner_body)
-    inner_body = ir.Let(jb.name, a + (g // chunks) * vector, inner_body)
-    return ir.For(g.name, 0, chunks * tiles, inner_body, "parallel")
+    lets, blocks = node_lets(loop)
+    if not (isinstance(blocks, ir.For) and blocks.kind in ("serial", "parallel") and isinstance(blocks.body, ir.For)
+            and blocks.body.kind == "vectorized" and ir.const_int(blocks.start) == 0):
+        return None
+    count = ir.const_int(blocks.stop)
+    if count is None or count < 1:
+        return None
+    m = opts.nodes
+    lo, hi = ir.Var(names.fresh(f"{loop.var}_lo")), ir.Var(names.fresh(f"{loop.var}_hi"))
+    chunks = ir.Var(names.fresh(f"{loop.var}_chunks"))
+    g, first, last = (ir.Var(names.fresh(f"{loop.var}_{n}")) for n in ("unit", "first", "last"))
+    body: ir.Stmt = blocks.body
+    for name, value in reversed(lets):
+        body = ir.Let(name, value, body)
+    chunk = ir.For(loop.var, first, last, body, "serial")
+    jammed = jam_node_loop(chunk, opts, program, names, independent=True)
+    if jammed is None:
+        return None
+    # always true: the range of the block and of the chunk, for the verifier
+    block = ir.Var(blocks.var)
+    unit = ir.If(ir.land(ir.land(ir.Cmp(">=", block, ir.Const(0)), ir.Cmp("<", block, ir.Const(count))),
+                         ir.land(ir.Cmp(">=", first, lo), ir.Cmp("<=", last, hi))), jammed)
+    unit = ir.Let(last.name, ir.minimum(first + m, hi), unit)
+    unit = ir.Let(first.name, lo + (g % chunks) * m, unit)
+    unit = ir.Let(blocks.var, g // chunks, unit)
+    out = ir.For(g.name, 0, chunks * count, unit, "parallel")
+    out = ir.Let(chunks.name, (hi - lo + (m - 1)) // m, out)
+    return ir.Let(lo.name, loop.start, ir.Let(hi.name, loop.stop, out))
 
 
-def jam_nodes(program: ir.Program, jam: int = JAM, vector: int = 16,
-              max_accumulators: int = MAX_ACCUMULATORS) -> tuple[ir.Program, frozenset[str]]:
-    """``program`` with every matching level loop jammed (see the module doc), and the names of
-    the kernels that changed. ``vector``: hidden units per work unit (a SIMD register's lanes)."""
-    taken = {x.name for x in ir.walk(program) if isinstance(x, ir.Var)} | _bound(program)
-    dtypes = {bf.name: bf.dtype for bf in program.buffers}
-    kernels, changed = [], set()
-    for kn in program.kernels:
-        fresh = "cxj_"
-        while any(t.startswith(fresh) for t in taken):
-            fresh = "c" + fresh
-        top = list(kn.body.stmts) if isinstance(kn.body, ir.Seq) else [kn.body]
-        out = []
-        for st in top:
-            if isinstance(st, ir.For) and st.kind == "parallel":
-                new = _jam_loop(st, jam, vector, max_accumulators, fresh, dtypes)
-                if new is not None:
-                    st = ir.simplify(new)  # type: ignore[assignment]
-                    changed.add(kn.name)
-            out.append(st)
-        kernels.append(replace(kn, body=ir.seq(*out)))
-    return replace(program, kernels=tuple(kernels)), frozenset(changed)
-
-
-def _hidden_loop(loop: ir.For) -> ir.For | None:
-    body = loop.body
-    while isinstance(body, ir.Let):
-        body = body.body
-    return body if isinstance(body, ir.For) else None
-
-
-def weights_to_transpose(program: ir.Program) -> tuple[str, ...]:
-    """Row-major 2-D params read as ``W[f(jn), k]`` inside a sum over ``k`` that
-    :func:`jam_nodes` would fuse: stored transposed (``W[k, f(jn)]``), consecutive hidden units
-    read consecutive addresses, so the fused loop's weight loads are SIMD vector loads."""
-    out: list[str] = []
-    for kn in program.kernels:
-        top = list(kn.body.stmts) if isinstance(kn.body, ir.Seq) else [kn.body]
-        for st in top:
-            if not (isinstance(st, ir.For) and st.kind == "parallel"):
-                continue
-            hidden = _hidden_loop(st)
-            if hidden is None:
-                continue
-            jn, inner = hidden.var, _bound(hidden.body) | {hidden.var}
-            for r in (x for x in ir.walk(hidden.body) if isinstance(x, ir.Reduce)):
-                if not _fusable(r, jn, inner):
-                    continue
-                for x in ir.walk(r.body):
-                    if not (isinstance(x, ir.Load) and len(x.index) == 2 and x.buffer not in out):
-                        continue
-                    b = program.buffer(x.buffer)
-                    row, col = x.index
-                    if (b.role == "param" and b.layout == ("row_major",)
-                            and all(ir.const_int(d) is not None for d in b.shape)
-                            and col == ir.Var(r.var) and jn in _vars(row) and r.var not in _vars(row)):
-                        out.append(x.buffer)
-    return tuple(out)
+def jam_levels(program: ir.Program, opts: JamOptions, interchanged: bool = True) -> tuple[ir.Program, int]:
+    """``program`` with every level loop jammed where it applies, and how many: the node loops
+    of an interchanged level (:func:`jam_node_loop`), or with ``interchanged=False`` the
+    parallel level loops as work units of hidden block x node chunk (:func:`jam_chunks`)."""
+    if opts.nodes < 2:
+        return program, 0
+    names = fuse.names_of(program)
+    if interchanged:
+        return rewrite_loops(program, lambda loop: jam_node_loop(loop, opts, program, names))
+    return rewrite_loops(program, lambda loop: jam_chunks(loop, opts, program, names)
+                         or (loop if loop.kind == "parallel" else None))

@@ -51,7 +51,7 @@ from cortex.core.loopir.verify import verify
 from cortex.core.lowering.cases import CaseLowering, LowerContext, LoweringError, NameGen
 from cortex.core.lowering.apply_schedule import apply_schedule, node_loop_kind, schedule_nest
 from cortex.core.frontend.params import bind_params
-from cortex.core.lowering.schedule import Schedule
+from cortex.core.lowering.schedule import Schedule, describe
 from cortex.core.linearize.structure import INDEX_DTYPE, BatchTypeError, LinearizedBatch
 
 if TYPE_CHECKING:
@@ -91,7 +91,8 @@ class Lowered:
     dtype: str  # "float32" | "float64": the compute/storage float type
     param_names: tuple[tuple[str, str], ...] = ()  # graph param name -> buffer name
     state_names: tuple[tuple[str, str], ...] = ()  # state name -> output buffer name
-    notes: tuple[str, ...] = field(default=())  # schedule decisions: applied / ignored and why
+    notes: tuple[str, ...] = field(default=())  # every knob and its source, then what each did
+    provenance: tuple[tuple[str, str], ...] = ()  # knob -> where its value came from
 
     def prepare_params(self, params: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Once per executable: the model's params (+ derived params via params.bind_params),
@@ -137,8 +138,10 @@ def bound_params_deferred(graph: RecursiveGraph, params: Mapping[str, np.ndarray
 
 
 def lower(graph: RecursiveGraph, schedule: Schedule, capabilities: Capabilities,
-          dtype: str = "float32") -> Lowered:
-    """Lower ``graph`` under ``schedule`` for a target with ``capabilities``; verified."""
+          dtype: str = "float32", provenance: Mapping[str, str] | None = None) -> Lowered:
+    """Lower ``graph`` under ``schedule`` for a target with ``capabilities``; verified.
+    ``provenance`` (``ScheduleSpace.resolve``'s) says where each knob's value came from; the
+    notes list every knob with it."""
     if dtype not in ir.FLOAT_DTYPES:
         raise LoweringError(f"dtype must be 'float32' or 'float64', got {dtype!r}")
     if not isinstance(schedule, Schedule):
@@ -199,9 +202,11 @@ def lower(graph: RecursiveGraph, schedule: Schedule, capabilities: Capabilities,
         return ir.For("w", lo, hi, pre.emit(Var("w")), nk)
 
     grid = caps.has_grid
-    notes: list[str] = []
+    notes: list[str] = [f"schedule: {line}" for line in describe(schedule, provenance or {})]
     form = schedule.kernel_form
-    if form == "single" and grid and not caps.grid_barrier:
+    if form in ("single", "auto") and caps.single_group_form and not (caps.grid_barrier if grid else caps.single_call):
+        form = "per_level"  # the backend derives its one-work-group kernel from this program
+    elif form == "single" and grid and not caps.grid_barrier:
         notes.append("kernel_form=single needs a grid barrier this target lacks: used per_level")
         form = "per_level"
     if form == "single":
@@ -244,7 +249,7 @@ def lower(graph: RecursiveGraph, schedule: Schedule, capabilities: Capabilities,
         graph=graph, program=program, schedule=schedule, dtype=dtype,
         param_names=tuple((p, param_buf[p]) for p in used_params),
         state_names=tuple((s.name, state_buf[s.name]) for s in graph.states),
-        notes=tuple(notes),
+        notes=tuple(notes), provenance=tuple((provenance or {}).items()),
     )
 
 
@@ -342,7 +347,9 @@ def _plan_of(low: Lowered) -> _BindPlan:
 
 def _bind_batch(low: Lowered, batch: LinearizedBatch) -> tuple[dict[str, np.ndarray], dict[str, int]]:
     if not isinstance(batch, LinearizedBatch):
-        raise BatchTypeError(f"bind_batch needs a LinearizedBatch, got {type(batch).__name__}")
+        raise BatchTypeError(f"expected a LinearizedBatch (made by exe.linearize(structures) or "
+                             f"cortex.data.linearize(...)), got {type(batch).__name__}; to run "
+                             f"on structures, call the executable itself: exe(structures)")
     plan = _plan_of(low)
     n = int(batch.num_nodes)
     lo = np.ascontiguousarray(batch.level_offsets, dtype=INDEX_DTYPE)

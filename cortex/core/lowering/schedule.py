@@ -1,33 +1,22 @@
 """Schedules: the named knobs that shape a LoopProgram for a target, and their legal space.
 
 Pipeline position: ``cortex.compile`` builds a :class:`ScheduleSpace` from the target's
-:class:`~cortex.core.plugin.capabilities.Capabilities` and the float type, takes its ``default()``
-(or a tuned / user-given :class:`Schedule`), validates it, and the lowering and
-``cortex.core.lowering.transforms`` read the knobs. The autotuner searches exactly this space:
-it is enumerable (``enumerate()``), samplable (``sample(rng)``) and every schedule round-trips
-through JSON (``to_json`` / ``Schedule.from_json``).
+:class:`~cortex.core.plugin.capabilities.Capabilities` and the float type and resolves the user's
+``schedule=`` over it (:meth:`ScheduleSpace.resolve`: every knob not given takes its *default
+rule*, and each knob's value is recorded with where it came from); the lowering and the schedule
+transforms (``cortex.core.lowering.apply_schedule``) read the knobs. The schedule is the one place where
+a performance decision lives: a backend's code generator translates the program it is given.
 
-Knobs (names fixed; the lowering reads them):
-
-=====================  ========================================================================
-``tile_hidden``        tile size of the hidden dimension (0 = untiled)
-``vector_width``       SIMD lanes used for the innermost hidden loop (1 = scalar)
-``unroll``             unroll factor of the reduction (GEMV) loop
-``parallel``           which loop is parallel: "nodes" of a level, "hidden" units, or "both"
-                       (on a grid target: nodes -> groups, hidden -> threads of a group)
-``weight_layout``      "row_major", "transposed", "packed" (blocked by ``vector_width`` rows)
-``persistent``         keep weights resident in local/shared memory across levels
-``kernel_form``        "single" (level loop inside one kernel, barrier between levels) or
-                       "per_level" (the host launches one kernel per level)
-``leaf_specialization``  separate loop nest for leaves, no per-node branch
-``fuse``               fuse the gate GEMV with bias and elementwise epilogue in one loop nest
-``threads``            CPU worker threads; threads per group on a grid target
-``reduce_lanes``       threads (lanes of a warp) that cooperate on one output row of a GEMV,
-                       splitting its reduction and combining with warp shuffles: 1 = one
-                       thread per row; 0 = auto (as many lanes as leave no thread of a group
-                       idle: ``threads // hidden``, a power of two <= the warp size). Offered
-                       only where ``Capabilities.warp_size`` > 0; elsewhere it is 1.
-=====================  ========================================================================
+The space is built for search: :meth:`~ScheduleSpace.enumerate` (lazily) and
+:meth:`~ScheduleSpace.sample` yield legal schedules, every schedule round-trips through JSON
+(``to_json`` / :meth:`Schedule.from_json`), constraints name the knobs they tie
+(:class:`Constraint`), and a knob that matters only under others (``jam_pad`` only when
+``node_jam > 1``) says so (``Knob.active``): enumeration and sampling give such a knob its
+neutral value when it is inactive, so no two schedules they yield compile alike for that reason.
+Knobs tied by a constraint or an activity condition form a *component*; components are
+independent, which keeps :meth:`~ScheduleSpace.size` exact and cheap for a space of ~10^9
+schedules. The knobs, their choices and default rules are listed in ``cortex.core.lowering.schedule_knobs``
+(and ``docs/lowering.md``).
 """
 
 from __future__ import annotations
@@ -35,7 +24,7 @@ from __future__ import annotations
 import itertools
 import json
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
@@ -48,7 +37,9 @@ class ScheduleError(ValueError):
 
 @dataclass(frozen=True)
 class Schedule:
-    """One point of the knob space. Frozen, hashable, JSON-serializable."""
+    """One point of the knob space. Frozen, hashable, JSON-serializable. The field defaults are
+    the *neutral* values (nothing tiled, vectorized, jammed or packed); a target's defaults
+    come from its :class:`ScheduleSpace`."""
 
     tile_hidden: int = 0
     vector_width: int = 1
@@ -61,6 +52,19 @@ class Schedule:
     fuse: bool = True
     threads: int = 1
     reduce_lanes: int = 1
+    interchange: bool = False
+    node_jam: int = 1
+    jam_pad: bool = True
+    jam_accumulators: int = 24
+    jam_unroll: int = 1
+    jam_interleave: bool = True
+    hidden_jam: int = 16
+    weight_block: int = 16
+    wide_lanes: int = 0
+    prefetch: int = 0
+    node_chunk: int = 1
+    hidden_tiles: int = 1
+    single_group_nodes: int = 256
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -69,7 +73,7 @@ class Schedule:
         return json.dumps(self.to_dict(), sort_keys=True)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Schedule":
+    def from_dict(cls, d: Mapping[str, Any]) -> "Schedule":
         names = {f.name for f in fields(cls)}
         unknown = set(d) - names
         if unknown:
@@ -92,99 +96,120 @@ class Schedule:
 
 
 KNOB_NAMES = tuple(f.name for f in fields(Schedule))
+NEUTRAL = Schedule()
 
 
 @dataclass(frozen=True)
 class Knob:
+    """One knob of a space: its legal ``choices``, its default and the rule that gave it.
+
+    ``default`` is a value, or a function of the knobs resolved before it (a *derived* default:
+    ``hidden_jam`` follows ``vector_width``) returning ``(value, rule)``. ``active`` (with the
+    knobs it reads in ``needs``; ``when`` in words) says when the knob matters; when it does
+    not, enumeration and sampling give it ``neutral`` (default: the :class:`Schedule` field's)."""
+
     name: str
     choices: tuple
     default: Any
     doc: str
+    rule: str = ""
+    active: Callable[[Mapping[str, Any]], bool] | None = None
+    needs: tuple[str, ...] = ()
+    when: str = ""  # the activity condition in words ("node_jam > 1")
+    neutral: Any = None
+
+    def default_for(self, resolved: Mapping[str, Any]) -> tuple[Any, str]:
+        if callable(self.default):
+            return self.default(resolved)
+        return self.default, self.rule
+
+    def is_active(self, values: Mapping[str, Any]) -> bool:
+        return self.active is None or self.active(values)
+
+    @property
+    def neutral_value(self) -> Any:
+        return self.neutral if self.neutral is not None else getattr(NEUTRAL, self.name)
 
 
 @dataclass(frozen=True)
 class Constraint:
+    """A condition legal schedules meet, over the knobs it names."""
+
     doc: str
     ok: Callable[[Schedule], bool]
-
-
-def _pow2_upto(n: int, start: int = 1) -> tuple[int, ...]:
-    out, x = [], start
-    while x <= n:
-        out.append(x)
-        x *= 2
-    return tuple(out)
+    knobs: tuple[str, ...] = ()
 
 
 class ScheduleSpace:
-    """The legal knob settings for a target and a float type."""
+    """The legal knob settings for a target and a float type (knobs: ``schedule_knobs``)."""
 
     def __init__(self, caps: Capabilities, dtype: str = "float32") -> None:
+        from cortex.core.lowering.schedule_knobs import space_knobs
+
         if dtype not in ("float32", "float64"):
             raise ScheduleError(f"dtype must be float32 or float64, got {dtype!r}")
         if dtype == "float64" and not caps.supports_fp64:
             raise ScheduleError("this target does not support float64; compile with dtype='float32'")
         self.caps = caps
         self.dtype = dtype
-        itemsize = 4 if dtype == "float32" else 8
-        lanes = caps.vector_lanes(itemsize)
-        grid = caps.has_grid
-        single_ok = caps.grid_barrier if grid else caps.single_call
-        forms = ("single", "per_level") if single_ok else ("per_level",)
-        persist_ok = caps.shared_memory_bytes > 0 if grid else caps.cache_bytes_per_core > 0
-        if grid:
-            threads = tuple(t for t in _pow2_upto(caps.max_threads_per_group, 32)) or (caps.max_threads_per_group,)
-            thread_default = min(256, threads[-1])
-            tiles = (0,) + _pow2_upto(min(256, caps.max_threads_per_group), 8)
-            tile_default = 0
-        else:
-            threads = tuple(sorted(set(_pow2_upto(caps.num_cores)) | {caps.num_cores}))
-            thread_default = caps.num_cores
-            tiles = (0, 8, 16, 32, 64, 128)
-            tile_default = 0
-        vws = _pow2_upto(lanes)
-        layouts = ("row_major", "transposed") + (("packed",) if lanes > 1 else ())
-        default_layout = "transposed" if grid else ("packed" if lanes > 1 else "row_major")
-        self.knobs: tuple[Knob, ...] = (
-            Knob("tile_hidden", tiles, tile_default, "tile of the hidden dimension (0 = untiled)"),
-            Knob("vector_width", vws, lanes if not grid else 1, "SIMD lanes of the hidden loop"),
-            Knob("unroll", (1, 2, 4, 8), 1, "unroll factor of the reduction loop"),
-            Knob("parallel", ("nodes", "hidden", "both"), "both" if grid else "nodes", "which loop runs in parallel"),
-            Knob("weight_layout", layouts, default_layout, "physical layout of weight matrices"),
-            Knob("persistent", (False, True) if persist_ok else (False,), False, "weights resident across levels"),
-            Knob("kernel_form", forms, forms[0], "one kernel per call or one per level"),
-            Knob("leaf_specialization", (True, False), True, "separate loop nest for leaves"),
-            Knob("fuse", (True, False), True, "fuse GEMV, bias and elementwise epilogue"),
-            Knob("threads", threads, thread_default, "CPU threads / threads per group"),
-            Knob("reduce_lanes", (0,) + _pow2_upto(caps.warp_size) if grid and caps.warp_size > 0 else (1,),
-                 0 if grid and caps.warp_size > 0 else 1,
-                 "lanes per GEMV row, combined by warp shuffles (0 = auto: threads // hidden)"),
-        )
-        self.constraints: tuple[Constraint, ...] = (
-            Constraint(
-                "tile_hidden must be 0 or a multiple of vector_width",
-                lambda s: s.tile_hidden == 0 or s.tile_hidden % s.vector_width == 0,
-            ),
-            Constraint(
-                "persistent weights need the level loop inside one kernel (kernel_form='single')",
-                lambda s: not (s.persistent and grid and s.kernel_form != "single"),
-            ),
-            Constraint(
-                "weight_layout='packed' blocks rows by vector_width, so it needs vector_width > 1",
-                lambda s: s.weight_layout != "packed" or s.vector_width > 1,
-            ),
-        )
+        knobs, constraints = space_knobs(caps, dtype)
+        self.knobs: tuple[Knob, ...] = knobs
+        self.constraints: tuple[Constraint, ...] = constraints
         self._by_name = {k.name: k for k in self.knobs}
+        if tuple(self._by_name) != KNOB_NAMES:
+            raise AssertionError("schedule_knobs must define every Schedule field, in order")
+        self._components = self._find_components()
+        self._legal_parts: list[list[dict[str, Any]]] | None = None
 
+    # ------------------------------------------------------------------ knobs and defaults
     def knob(self, name: str) -> Knob:
         try:
             return self._by_name[name]
         except KeyError:
             raise ScheduleError(f"unknown knob {name!r}; known: {list(self._by_name)}") from None
 
-    def default(self) -> Schedule:
-        return self.validate(Schedule(**{k.name: k.default for k in self.knobs}))
+    def resolve(self, given: Schedule | Mapping[str, Any] | None = None) -> tuple[Schedule, dict[str, str]]:
+        """The schedule for ``given`` and where each knob's value came from.
 
+        ``given`` is None (every knob by its default rule), a dict of some knobs (the others by
+        their rules, which may follow the given ones: ``hidden_jam`` follows ``vector_width``)
+        or a whole :class:`Schedule`. Sources: ``"user"``, ``"default rule: ..."``, or for a
+        Schedule's knob equal to its default ``"default rule: ... (as given)"``. Validated."""
+        if isinstance(given, Schedule):
+            values = given.to_dict()
+            explicit = set(values)
+        else:
+            given = dict(given or {})
+            unknown = set(given) - set(KNOB_NAMES)
+            if unknown:
+                raise ScheduleError(f"unknown knobs {sorted(unknown)}; known: {list(KNOB_NAMES)}")
+            Schedule.from_dict(given)  # types
+            values, explicit = given, set(given)
+        resolved: dict[str, Any] = {}
+        source: dict[str, str] = {}
+        for k in self.knobs:
+            value, rule = k.default_for(resolved)
+            if k.name in explicit:
+                resolved[k.name] = values[k.name]
+                same = isinstance(given, Schedule) and values[k.name] == value
+                source[k.name] = f"default rule: {rule} (as given)" if same else "user"
+            else:
+                resolved[k.name] = value
+                source[k.name] = f"default rule: {rule}"
+        s = self.validate(Schedule(**resolved))
+        for k in self.knobs:
+            if not k.is_active(resolved):
+                source[k.name] += f"; inactive: it matters only when {k.when}"
+        return s, source
+
+    def default(self) -> Schedule:
+        return self.resolve(None)[0]
+
+    def with_knobs(self, **knobs: Any) -> Schedule:
+        """The schedule with these knobs set and every other by its default rule (validated)."""
+        return self.resolve(knobs)[0]
+
+    # ------------------------------------------------------------------ legality
     def problems(self, s: Schedule) -> list[str]:
         out = []
         for k in self.knobs:
@@ -201,35 +226,88 @@ class ScheduleSpace:
             raise ScheduleError("illegal schedule " + s.to_json() + ":\n  " + "\n  ".join(p))
         return s
 
-    def with_knobs(self, **knobs: Any) -> Schedule:
-        """The default schedule with some knobs changed (validated)."""
-        unknown = set(knobs) - set(KNOB_NAMES)
-        if unknown:
-            raise ScheduleError(f"unknown knobs {sorted(unknown)}; known: {list(KNOB_NAMES)}")
-        return self.validate(replace(self.default(), **knobs))
+    def canonical(self, s: Schedule) -> Schedule:
+        """``s`` with every inactive knob at its neutral value (compiles to the same program)."""
+        d = s.to_dict()
+        return replace(s, **{k.name: k.neutral_value for k in self.knobs if not k.is_active(d)})
+
+    # ------------------------------------------------------------------ search
+    def _find_components(self) -> list[list[Knob]]:
+        """Knobs linked by a constraint or an activity condition, in knob order."""
+        parent = {k.name: k.name for k in self.knobs}
+
+        def find(x: str) -> str:
+            while parent[x] != x:
+                parent[x] = parent[parent[x]]
+                x = parent[x]
+            return x
+
+        def join(names: tuple[str, ...]) -> None:
+            for a, b in zip(names, names[1:]):
+                parent[find(a)] = find(b)
+
+        for c in self.constraints:
+            join(c.knobs)
+        for k in self.knobs:
+            join((k.name,) + k.needs)
+        groups: dict[str, list[Knob]] = {}
+        for k in self.knobs:
+            groups.setdefault(find(k.name), []).append(k)
+        return list(groups.values())
+
+    def _parts(self) -> list[list[dict[str, Any]]]:
+        """Per component, its legal canonical assignments (deterministic order)."""
+        if self._legal_parts is None:
+            base = NEUTRAL.to_dict()
+            parts = []
+            for comp in self._components:
+                names = {k.name for k in comp}
+                checks = [c for c in self.constraints if set(c.knobs) <= names]
+                legal, seen = [], set()
+                for values in itertools.product(*(k.choices for k in comp)):
+                    d = dict(zip((k.name for k in comp), values))
+                    full = {**base, **d}
+                    if any(not k.is_active(full) and d[k.name] != k.neutral_value for k in comp):
+                        continue  # not canonical: the same as the neutral value here
+                    if all(c.ok(Schedule(**full)) for c in checks):
+                        key = tuple(d.items())
+                        if key not in seen:
+                            seen.add(key)
+                            legal.append(d)
+                parts.append(legal)
+            self._legal_parts = parts
+        return self._legal_parts
 
     def enumerate(self) -> Iterator[Schedule]:
-        """Every legal schedule, in a deterministic order."""
-        names = [k.name for k in self.knobs]
-        for values in itertools.product(*(k.choices for k in self.knobs)):
-            s = Schedule(**dict(zip(names, values)))
-            if all(c.ok(s) for c in self.constraints):
-                yield s
+        """Every legal canonical schedule, lazily, in a deterministic order."""
+        for combo in itertools.product(*self._parts()):
+            d: dict[str, Any] = {}
+            for part in combo:
+                d.update(part)
+            yield Schedule(**d)
 
     def size(self) -> int:
-        return sum(1 for _ in self.enumerate())
+        """How many schedules :meth:`enumerate` yields (a product over the components)."""
+        n = 1
+        for part in self._parts():
+            n *= len(part)
+        return n
 
     def sample(self, rng: np.random.Generator | int, n: int = 1) -> list[Schedule]:
-        """``n`` random legal schedules (uniform over knobs, rejecting illegal combinations)."""
+        """``n`` random legal canonical schedules, uniform over the space."""
         rng = np.random.default_rng(rng)
-        out: list[Schedule] = []
-        for _ in range(1000 * n):
-            if len(out) == n:
-                break
-            s = Schedule(**{k.name: k.choices[int(rng.integers(len(k.choices)))] for k in self.knobs})
-            if all(c.ok(s) for c in self.constraints):
-                out.append(s)
-        if len(out) < n:
-            raise ScheduleError("could not sample legal schedules; the constraints are too tight")
+        parts = self._parts()
+        if any(not p for p in parts):
+            raise ScheduleError("the space is empty: the constraints are too tight")
+        out = []
+        for _ in range(n):
+            d: dict[str, Any] = {}
+            for p in parts:
+                d.update(p[int(rng.integers(len(p)))])
+            out.append(Schedule(**d))
         return out
 
+
+def describe(schedule: Schedule, source: Mapping[str, str]) -> list[str]:
+    """One line per knob: ``name=value (where it came from)``."""
+    return [f"{name}={getattr(schedule, name)!r} ({source.get(name, '?')})" for name in KNOB_NAMES]

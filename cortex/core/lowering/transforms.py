@@ -16,11 +16,14 @@ Primitives:
   loop body (or of the kernel: model persistence across levels) and read it from there.
 * :func:`change_layout` — store a 2-D buffer transposed or packed (blocked by ``w`` rows, the
   SIMD-friendly layout of ALT) and rewrite every index; :func:`to_layout` converts host data.
+* :func:`rewrite_loops` — the loops of a program, outermost first, each kept, replaced or
+  descended into: the walk the loop-shape transforms share.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Callable
 
 import numpy as np
 
@@ -64,6 +67,34 @@ def _rewrite_loop(program: ir.Program, var: str, fn) -> ir.Program:
     if len(found) > 1:
         raise TransformError(f"program {program.name} has {len(found)} loops over {var!r}; names must be unique")
     return replace(program, kernels=kernels)
+
+
+def rewrite_loops(program: ir.Program, fn: Callable[[ir.For], ir.Stmt | None]) -> tuple[ir.Program, int]:
+    """Every loop of every kernel, outermost first, given to ``fn``: a statement replaces the
+    loop (nothing inside it is visited; return the loop itself to keep it whole), None visits
+    its body. Statements only: a loop is never inside an expression. Returns the program and how
+    many loops ``fn`` replaced by something else."""
+    count = 0
+
+    def stmt(s: ir.Stmt) -> ir.Stmt:
+        nonlocal count
+        if isinstance(s, ir.For):
+            new = fn(s)
+            if new is None:
+                return replace(s, body=stmt(s.body))
+            if new is not s:
+                count += 1
+            return new
+        if isinstance(s, ir.Seq):
+            return ir.seq(*(stmt(x) for x in s.stmts))
+        if isinstance(s, (ir.Let, ir.Alloc)):
+            return replace(s, body=stmt(s.body))
+        if isinstance(s, ir.If):
+            return ir.If(s.cond, stmt(s.then), None if s.orelse is None else stmt(s.orelse))
+        return s
+
+    kernels = tuple(replace(k, body=stmt(k.body)) for k in program.kernels)
+    return replace(program, kernels=kernels), count
 
 
 def split(

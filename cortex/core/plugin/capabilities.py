@@ -30,10 +30,21 @@ class Capabilities:
     cache_bytes_per_core: int = 0  # e.g. a CPU core's L2; 0 = unknown
     # Arithmetic
     vector_bits: int = 0  # SIMD width of the host vector unit; 0 = none / unknown
+    # SIMD registers the generated code may keep values in (sizes a node jam's accumulator
+    # budget: 32 zmm with AVX-512, 16 ymm with AVX2); 0 = unknown
+    vector_registers: int = 0
     supports_fp64: bool = True
     # Code form
     dialect: str = "c"  # which C-family dialect table the renderer uses, or "" for non-C
     single_call: bool = True  # the whole recursion may run inside one host call
+    prefetch: bool = False  # the code generator emits cache prefetches (``Prefetch`` statements)
+    # the backend derives, from the per-level program, one kernel run by a single work-group
+    # that does every level (barriers between levels), and picks it per call by input size
+    single_group_form: bool = False
+    # The backend's measured preferences for knobs whose best value depends on its code
+    # generator and device, ``(knob, value)``: a knob's default rule takes it when it is legal
+    # (``cortex.core.lowering.schedule_knobs``), and the provenance says so.
+    preferred: tuple[tuple[str, object], ...] = ()
 
     def vector_lanes(self, itemsize: int) -> int:
         """Lanes of a SIMD register for elements of ``itemsize`` bytes (1 when unknown)."""

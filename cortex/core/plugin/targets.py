@@ -34,7 +34,7 @@ class Availability:
 
     ``reason`` always says why, in words a person can act on ("llvmlite is not installed",
     "no CUDA driver found"); ``fix`` says what to do when ``ok`` is false
-    (``pip install 'cortex[opencl]'``).
+    (``pip install 'cortex-compiler[opencl]'``).
     """
 
     ok: bool

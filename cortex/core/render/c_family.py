@@ -88,8 +88,10 @@ class CRenderer:
             body = f"return {one} / ({one} + {self.mathfn('exp', dtype)}(-x));"
             self.helpers[sym] = f"{hq} {t} {sym}({t} x) {{ {body} }}"
         elif name in ("min", "max"):
+            # NaN propagates (as NumPy's minimum/maximum): C's fmin/fmax return the other operand
             op = "<" if name == "min" else ">"
-            self.helpers[sym] = f"{hq} {t} {sym}({t} a, {t} b) {{ return a {op} b ? a : b; }}"
+            test = f"a {op} b" if dtype not in ir.FLOAT_DTYPES else f"a {op} b || a != a"
+            self.helpers[sym] = f"{hq} {t} {sym}({t} a, {t} b) {{ return ({test}) ? a : b; }}"
         else:
             raise RenderError(f"no helper {name}")
         return sym
@@ -151,8 +153,6 @@ class CRenderer:
                 return tmp
             a, b = self.expr(e.a), self.expr(e.b)
             if e.op in ("min", "max"):
-                if t in ir.FLOAT_DTYPES:
-                    return f"{self.mathfn('fmin' if e.op == 'min' else 'fmax', t)}({a}, {b})"
                 return f"{self.helper(e.op, t)}({a}, {b})"
             op = {"//": "/"}.get(e.op, e.op)
             return f"({a} {op} {b})"
@@ -202,7 +202,7 @@ class CRenderer:
         self.pre.append(f"{t} {acc} = {init};")
         body, lines = self.sub(e.body)
         if e.op == "max":
-            fn = self.mathfn("fmax", dt) if dt in ir.FLOAT_DTYPES else self.helper("max", dt)
+            fn = self.helper("max", dt)
             combine = lambda x: f"{acc} = {fn}({acc}, {x});"  # noqa: E731
         else:
             combine = lambda x: f"{acc} += {x};"  # noqa: E731
@@ -238,6 +238,13 @@ class CRenderer:
             )
 
     # ------------------------------------------------------------------ statements
+    def _used(self, s: ir.Let) -> bool:
+        """Does ``s``'s body use its variable? (One walk of the kernel answers it for a name
+        bound once there, which the lowering's and the schedule's names are.)"""
+        if getattr(self, "let_binds", {}).get(s.var) == 1:
+            return self.used_names.get(s.var, 0) > 0
+        return any(isinstance(n, ir.Var) and n.name == s.var for n in ir.walk(s.body))
+
     def flush(self, pad: str) -> list[str]:
         out = [pad + x for x in self.pre]
         self.pre = []
@@ -252,12 +259,17 @@ class CRenderer:
             value = self.expr(s.value)
             return self.flush(pad) + [f"{pad}{target} = {value};"]
         if isinstance(s, ir.Let):
-            value = self.expr(s.value)
-            t = self.ctype(self.dtype(s.value))
-            out = [f"{pad}{{"] + self.flush(pad + "  ") + [f"{pad}  const {t} {s.var} = {value};"]
-            if not any(isinstance(n, ir.Var) and n.name == s.var for n in ir.walk(s.body)):
-                out.append(f"{pad}  (void){s.var};")
-            return out + self.stmt(s.body, depth + 1) + [f"{pad}}}"]
+            # a chain of lets is one block of declarations (names are never shadowed): a block
+            # per let nested a jammed body's hundreds of lets past clang's 256 brackets
+            out = [f"{pad}{{"]
+            while isinstance(s, ir.Let):
+                value = self.expr(s.value)
+                t = self.ctype(self.dtype(s.value))
+                out += self.flush(pad + "  ") + [f"{pad}  const {t} {s.var} = {value};"]
+                if not self._used(s):
+                    out.append(f"{pad}  (void){s.var};")
+                s = s.body
+            return out + self.stmt(s, depth + 1) + [f"{pad}}}"]
         if isinstance(s, ir.If):
             cond = self.expr(s.cond)
             out = self.flush(pad) + [f"{pad}if ({cond}) {{"] + self.stmt(s.then, depth + 1)
@@ -278,6 +290,8 @@ class CRenderer:
             finally:
                 del self.allocs[s.name]
                 del self.dtypes[s.name]
+        if isinstance(s, ir.Prefetch):
+            return [f"{pad}/* prefetch {s.buffer}: a cache hint this renderer does not emit */"]
         if isinstance(s, ir.Barrier):
             if s.scope == "group":
                 return [pad + (self.d.group_barrier or "/* group barrier: one thread per group */")]
@@ -356,6 +370,13 @@ class CRenderer:
 
     def kernel(self, k: ir.Kernel) -> str:
         self.shared_allocs: list[ir.Alloc] = []
+        self.used_names: dict[str, int] = {}  # Var name -> uses in the kernel
+        self.let_binds: dict[str, int] = {}  # let name -> lets binding it in the kernel
+        for n in ir.walk(k.body):
+            if isinstance(n, ir.Var):
+                self.used_names[n.name] = self.used_names.get(n.name, 0) + 1
+            elif isinstance(n, ir.Let):
+                self.let_binds[n.var] = self.let_binds.get(n.var, 0) + 1
         body = self.stmt(k.body, 1)
         params = self.params() + [f"{self.d.int_type} {p}" for p in k.params]
         q = f"{self.d.kernel_qualifier} " if self.d.kernel_qualifier else ""

@@ -15,7 +15,7 @@ class Dialect:
     name: str
     prelude: str  # includes / pragmas at the top of the file
     kernel_qualifier: str  # before the kernel's return type
-    helper_qualifier: str  # device helper functions (sigmoid, int min/max)
+    helper_qualifier: str  # device helper functions (sigmoid, min/max)
     global_qualifier: str  # address space of kernel pointer arguments
     const_qualifier: str  # how read-only pointers are marked
     restrict: str
@@ -52,7 +52,7 @@ class Dialect:
     full_lane_mask: str = ""
 
 
-def _math(suffix32: str, names: tuple[str, ...] = ("exp", "log", "tanh", "sqrt", "fabs", "fma", "fmax", "fmin")) -> dict:
+def _math(suffix32: str, names: tuple[str, ...] = ("exp", "log", "tanh", "sqrt", "fabs", "fma")) -> dict:
     out: dict[str, dict[str, str]] = {}
     for n in names:
         key = "abs" if n == "fabs" else n

@@ -84,8 +84,9 @@ def _checked(batch: Any) -> None:
     """Raise unless ``batch`` is a LinearizedBatch whose invariants hold: free for a sealed
     batch (the linearizer's), a vectorized :meth:`LinearizedBatch.validate` for any other."""
     if type(batch) is not LinearizedBatch and not isinstance(batch, LinearizedBatch):
-        raise BatchTypeError(f"run needs a LinearizedBatch (from exe.linearize or "
-                             f"cortex.core.linearize), got {type(batch).__name__}")
+        raise BatchTypeError(f"run needs a LinearizedBatch (made by exe.linearize(structures) "
+                             f"or cortex.data.linearize(...)), got {type(batch).__name__}; to "
+                             f"run on structures, call the executable itself: exe(structures)")
     if not batch._is_sealed():
         batch.validate()
 
@@ -199,6 +200,12 @@ class Executable:
     @property
     def dtype(self) -> str:
         return self.lowered.dtype
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """Every schedule knob with its value and where it came from ("user", "tuning record N"
+        or its default rule), then what each knob did to the program."""
+        return self.lowered.notes
 
     # ---- calls -----------------------------------------------------------------------------
 

@@ -2,7 +2,7 @@
 
 Pipeline position: beside the executable's calls; nothing in the compiled code reports
 progress. :func:`bar` returns a :class:`Progress` drawn by tqdm when it is installed (the
-``progress`` extra: ``pip install 'cortex[progress]'``), else by rich, else as plain lines
+``progress`` extra: ``pip install 'cortex-compiler[progress]'``), else by rich, else as plain lines
 on stderr at most once a second (count, rate, and any extra figures such as nodes/s).
 ``CORTEX_PROGRESS=0`` turns every bar off; ``CORTEX_PROGRESS=plain`` forces plain lines.
 """

@@ -8,8 +8,10 @@ thread team (:mod:`runtime`), keeping the machine code in the disk cache's ``llv
 native call for the whole batch.
 
 Capabilities come from the real CPU: SIMD width from the LLVM CPU's features (512 bits with
-AVX-512), ``num_cores`` from the ``threads`` option (default: every usable CPU), the per-core
-L2 size from sysfs, fp64, the level loop inside one call (``single_call``), no grid.
+AVX-512) and its register count, ``num_cores`` from the ``threads`` option (default: every
+usable CPU), the per-core L2 size from sysfs, fp64, the level loop inside one call
+(``single_call``), no grid, prefetches, and the code generator's measured knob preferences
+(:data:`PREFERRED`). The team runs the schedule's ``threads`` (``Program.launch``).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from cortex.plugins.cpu_llvm import codegen, native_linearize
 from cortex.plugins.cpu_llvm.jit import cpu_info
 from cortex.plugins.cpu_llvm.runtime import CompiledProgram, usable_cpus
 
-CODEGEN_REVISION = "cortex-llvm 1"
+CODEGEN_REVISION = "cortex-llvm 3"  # 2: cx_run/cx_start take the interrupt and team arguments; 3: the schedule owns the jam
 #: The disk cache namespace of the machine code (``cortex.core.diskcache``).
 CACHE_NAMESPACE = "llvm"
 
@@ -48,17 +50,26 @@ def l2_bytes_per_core() -> int:
     return 0
 
 
+#: The schedule knobs whose best value depends on this code generator, as measured on the
+#: TreeLSTM (docs/llvm.md): threads split each level's hidden units (its weight rows stay in
+#: each core's L2), groups of 8 nodes share each weight load (then 4, 2, 1), fused loops take two
+#: steps a trip, a matrix nest's column loop becomes one 64-lane vector, and the leaves prefetch
+#: their table rows two nodes ahead.
+PREFERRED = (("interchange", True), ("node_jam", 8), ("jam_unroll", 2), ("wide_lanes", 64), ("prefetch", 2))
+
+
 def capabilities(options: Mapping[str, Any]) -> Capabilities:
     """What the host CPU offers, as the scheduler needs it."""
     threads = int(options.get("threads", 0)) or usable_cpus()
+    bits = cpu_info(options.get("cpu", "host")).vector_bits
     return Capabilities(
         has_grid=False, grid_barrier=False, group_barrier=False,
         max_threads_per_group=1, max_groups=1,
         num_cores=min(threads, codegen.MAX_THREADS),
         shared_memory_bytes=0,
         cache_bytes_per_core=l2_bytes_per_core() or (1 << 20),
-        vector_bits=cpu_info(options.get("cpu", "host")).vector_bits,
-        supports_fp64=True, dialect="", single_call=True,
+        vector_bits=bits, vector_registers=32 if bits >= 512 else 16,
+        supports_fp64=True, dialect="", single_call=True, prefetch=True, preferred=PREFERRED,
     )
 
 
@@ -102,7 +113,8 @@ class LLVMCompiler(Compiler):
         program = getattr(source, "program", None)
         if not isinstance(program, ir.Program):
             raise TypeError("the llvm compiler takes what the llvm renderer returns (LLVMSource)")
-        compiled = CompiledProgram(program, threads=int(options.get("threads", 0)),
+        threads = int(program.launch_setting("threads", 0) or options.get("threads", 0))  # the schedule's
+        compiled = CompiledProgram(program, threads=threads,
                                    cpu=options.get("cpu", "host"), opt_level=int(options.get("opt_level", 3)),
                                    ir_text=str(source), profile=bool(options.get("profile", False)),
                                    pin=bool(options.get("pin", False)) or None,

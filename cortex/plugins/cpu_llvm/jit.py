@@ -27,10 +27,13 @@ from __future__ import annotations
 import ctypes.util
 import functools
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import llvmlite.binding as llvm
+
+from cortex.core.errors import CortexError
 
 if TYPE_CHECKING:
     from cortex.core.diskcache import DiskCache
@@ -52,7 +55,7 @@ def _initialize() -> None:
                 pass
 
 
-class LLVMBackendError(RuntimeError):
+class LLVMBackendError(CortexError, RuntimeError):
     """LLVM rejected a generated module (a bug in code generation, reported with the IR)."""
 
 
@@ -157,12 +160,31 @@ def optimize(module: llvm.ModuleRef, tm: llvm.TargetMachine, opt_level: int,
         pto.loop_unrolling = LOOP_UNROLLING
     pb = llvm.create_pass_builder(tm, pto)
     if opt_level == 0 or default_pipeline or LLVM_DEFAULT_PIPELINE:
-        pb.getModulePassManager().run(module, pb)
+        mpm = pb.getModulePassManager()
+        try:
+            mpm.run(module, pb)
+        finally:
+            _free_pass_manager(mpm)
         return
     mpm = llvm.create_new_module_pass_manager()
     for name in PASSES:
         getattr(mpm, f"add_{name}_pass")()
-    mpm.run(module, pb)
+    try:
+        mpm.run(module, pb)
+    finally:
+        _free_pass_manager(mpm)
+
+
+def _free_pass_manager(mpm: llvm.ModulePassManager) -> None:
+    """Delete a module pass manager. llvmlite's ``ModulePassManager`` has no ``_dispose``, so
+    each one (with its passes: InstCombine keeps a ~40 kB worklist) would stay allocated for the
+    life of the process, one per compile; its C entry point is called directly when present."""
+    from llvmlite.binding import ffi
+
+    dispose = getattr(ffi.lib, "LLVMPY_DisposeNewModulePassManger", None)  # sic
+    if dispose is not None and not mpm.closed:
+        dispose(mpm)
+        mpm.detach()
 
 
 def object_key(ir_text: str, cpu: str = "host", opt_level: int = 3) -> str:
@@ -179,7 +201,12 @@ def object_key(ir_text: str, cpu: str = "host", opt_level: int = 3) -> str:
 
 
 class JitModule:
-    """One optimized module, loaded in its own MCJIT engine; lives as long as this object.
+    """One optimized module, loaded in its own MCJIT engine, in its own LLVM context; lives
+    until :meth:`close` or until this object is collected.
+
+    Everything LLVM allocated for it goes with it: the engine (machine code, the module, its
+    target machine) and the context (the module's uniqued constants, types and metadata, which
+    in LLVM's global context would stay for the life of the process).
 
     With ``cache``, the machine code is loaded from it when present (``from_cache``) and stored
     in it when compiled."""
@@ -189,7 +216,7 @@ class JitModule:
         _initialize()
         tm = target_machine(cpu, opt_level)
         self._ir_text, self._opt_level = ir_text, opt_level
-        self._module: llvm.ModuleRef | None = None
+        self._module: llvm.ModuleRef | None = None  # the optimized module, when made here
         self.target_machine = tm
         self.from_cache = False
         key = object_key(ir_text, cpu, opt_level) if cache is not None else None
@@ -198,49 +225,99 @@ class JitModule:
             self.from_cache = True
             return
         compiled: list[bytes] = []
+        context = llvm.create_context()
         with _LOCK:
+            mod = None
             try:
-                mod = llvm.parse_assembly(ir_text)
+                mod = llvm.parse_assembly(ir_text, context=context)
                 mod.verify()
             except RuntimeError as exc:
+                if mod is not None:
+                    mod.close()
+                context.close()
                 raise LLVMBackendError(f"generated LLVM IR is invalid: {exc}\n--- IR ---\n{ir_text}") from None
             mod.triple = tm.triple
             mod.data_layout = str(tm.target_data)
-            optimize(mod, tm, opt_level, wants_default_pipeline(ir_text))
-            self.engine = llvm.create_mcjit_compiler(mod, new_target_machine(cpu, opt_level))
-            if cache is not None:  # MCJIT hands over the object code it made
-                self.engine.set_object_cache(lambda _m, buf: compiled.append(bytes(buf)), lambda _m: None)
-            self.engine.finalize_object()
+            engine = None
+            try:
+                optimize(mod, tm, opt_level, wants_default_pipeline(ir_text))
+                engine = llvm.create_mcjit_compiler(mod, new_target_machine(cpu, opt_level))
+                if cache is not None:  # MCJIT hands over the object code it made
+                    engine.set_object_cache(lambda _m, buf: compiled.append(bytes(buf)), lambda _m: None)
+                engine.finalize_object()
+            except BaseException:
+                if engine is not None:
+                    engine.close()  # with the module it owns
+                mod.close()
+                context.close()
+                raise
+        self._own(engine, mod, context)
         self._module = mod  # owned by the engine; printed only when asked (optimized_ir)
         if cache is not None and key is not None and len(compiled) == 1:
             cache.put(key, compiled[0])
 
     def _load_object(self, code: bytes, cpu: str, opt_level: int) -> bool:
         """An engine running ``code`` (object code from the cache); False if LLVM rejects it."""
+        context = llvm.create_context()
         with _LOCK:
+            engine = None
             try:
-                engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_target_machine(cpu, opt_level))
+                empty = llvm.parse_assembly("", context=context)
+                engine = llvm.create_mcjit_compiler(empty, new_target_machine(cpu, opt_level))
                 engine.add_object_file(llvm.ObjectFileRef.from_data(code))
                 engine.finalize_object()
             except RuntimeError:
+                if engine is not None:
+                    engine.close()
+                context.close()
                 return False
-        self.engine = engine
+        self._own(engine, empty, context)
         return True
+
+    def _own(self, engine: llvm.ExecutionEngine, module: llvm.ModuleRef, context) -> None:
+        """Hold the engine, and free it with its module and context when this object goes."""
+        self.engine = engine
+        self._free = weakref.finalize(self, _dispose, engine, module, context)
+        self._free.atexit = False  # at exit the OS takes it back (a daemon thread may still run it)
+
+    def keep(self) -> None:
+        """Never free this module (code that must outlive every object: a signal handler)."""
+        self._free.detach()
+
+    def close(self) -> None:
+        """Free the machine code and everything LLVM holds for this module now. Nothing may
+        run its code any more (the runtime stops its threads first)."""
+        self._free()
+
+    @property
+    def closed(self) -> bool:
+        return self.engine.closed
 
     @property
     def optimized_ir(self) -> str:
         """The optimized module as LLVM IR text (for inspection and tests; optimized again
-        here when the machine code came from the cache)."""
+        here, in a context of its own, when the machine code came from the cache)."""
+        if self.closed:
+            raise LLVMBackendError("this JIT module was closed")
         with _LOCK:
-            if self._module is None:
-                mod = llvm.parse_assembly(self._ir_text)
+            if self._module is not None:
+                return str(self._module)
+            context = llvm.create_context()
+            try:
+                mod = llvm.parse_assembly(self._ir_text, context=context)
                 mod.triple = self.target_machine.triple
                 mod.data_layout = str(self.target_machine.target_data)
                 optimize(mod, self.target_machine, self._opt_level, wants_default_pipeline(self._ir_text))
-                self._module = mod
-            return str(self._module)
+                try:
+                    return str(mod)
+                finally:
+                    mod.close()
+            finally:
+                context.close()
 
     def address(self, name: str) -> int:
+        if self.closed:
+            raise LLVMBackendError("this JIT module was closed")
         addr = self.engine.get_function_address(name)
         if not addr:
             raise LLVMBackendError(f"JIT module has no function {name!r}")
@@ -249,5 +326,20 @@ class JitModule:
     def assembly(self) -> str:
         """The optimized module as target assembly (for inspection and tests)."""
         text = self.optimized_ir
-        with _LOCK:
-            return self.target_machine.emit_assembly(llvm.parse_assembly(text))
+        context = llvm.create_context()
+        try:
+            with _LOCK:
+                mod = llvm.parse_assembly(text, context=context)
+                try:
+                    return self.target_machine.emit_assembly(mod)
+                finally:
+                    mod.close()
+        finally:
+            context.close()
+
+
+def _dispose(engine: llvm.ExecutionEngine, module: llvm.ModuleRef, context) -> None:
+    """Engine first (it owns the module and its target machine), then the context."""
+    engine.close()
+    module.detach()
+    context.close()

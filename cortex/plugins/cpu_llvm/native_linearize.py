@@ -299,6 +299,11 @@ def install() -> None:
             if worker is None or not worker.is_alive():
                 worker = _STATE["worker"] = threading.Thread(
                     target=_build_and_install, name="cortex-llvm-linearizer", daemon=True)
-                worker.start()
-            return
+                try:
+                    worker.start()
+                except RuntimeError:  # no thread to be had: build it here, now
+                    del _STATE["worker"]
+                    worker = None
+            if worker is not None:
+                return
     _build_and_install()  # built: installed again (a test may have set it aside)

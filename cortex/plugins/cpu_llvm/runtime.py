@@ -7,11 +7,20 @@ kernel of the program — the whole recursion of every tree of the batch. ctypes
 for its duration.
 
 Threads: ``threads - 1`` persistent worker threads are created with pthreads *inside the JIT
-code* when the program is loaded (``cx_start``) and live until the object is collected
-(``cx_stop`` joins them). Between calls they spin on a generation word with ``pause`` for a few
-milliseconds, then back off to 50 us sleeps, so back-to-back calls start without a wake-up
-syscall and an idle process burns no CPU. Calls on one program are serialized by a lock (the
-team has one set of argument slots).
+code* when the program is loaded (``cx_start``, with a stack of :data:`WORKER_STACK_BYTES`) and
+live until :meth:`CompiledProgram.close` or until the object is collected (``cx_stop`` joins
+them; then the JIT module — machine code, LLVM module and context — is freed). When the system
+refuses a thread, the team is what could be started and a ``RuntimeWarning`` says so. Between
+calls the workers spin on a generation word with ``pause`` for about a millisecond, yield a
+while, then sleep on a futex until the next call wakes them: back-to-back calls start without a
+wake-up syscall and an idle executable burns no CPU (see :mod:`team`). Calls on one program
+are serialized by a lock (the team has one set of argument slots).
+
+``os.fork``: in the child every live program gets a new team (the parent's threads do not
+exist there).
+
+Ctrl-C: a call made on Python's main thread stops at the next level barrier when SIGINT
+arrives and raises ``KeyboardInterrupt``; the program stays usable (see :mod:`interrupt`).
 
 :meth:`CompiledProgram.run` has the interpreter's contract (``cortex.core.loopir.interpret.run``):
 ``run(buffers, sizes) -> dict[name, ndarray]`` with read-only buffers taken from ``buffers``
@@ -22,23 +31,43 @@ from __future__ import annotations
 
 import ctypes
 import os
+import platform
+import sys
 import threading
+import warnings
 import weakref
 from typing import Any, Mapping
 
 import numpy as np
 
 from cortex.core import loopir as ir
+from cortex.core.errors import InvalidArgumentError
 from cortex.core.loopir.interpret import eval_shape, np_dtype
-from cortex.plugins.cpu_llvm import codegen
+from cortex.plugins.cpu_llvm import codegen, interrupt
 from cortex.plugins.cpu_llvm.jit import JitModule, cpu_info
 
-_RUN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
-_START = ctypes.CFUNCTYPE(None, ctypes.c_int32)
+_RUN = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+_START = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int32, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p)
 _STOP = ctypes.CFUNCTYPE(None)
 
+#: Stack size of each worker thread. Fixed (glibc's usual default) rather than the pthreads
+#: default, which is ``ulimit -s`` and cannot be reserved when that limit is huge; the generated
+#: code keeps only small per-thread arrays on its stack.
+WORKER_STACK_BYTES = 8 << 20
 
-class LLVMRuntimeError(ValueError):
+#: The ``futex`` system call number per machine (Linux); elsewhere idle workers nap 1 ms at a
+#: time instead of sleeping until woken.
+_FUTEX_SYSCALL = {"x86_64": 202, "aarch64": 98, "arm64": 98, "riscv64": 98, "ppc64le": 221, "ppc64": 221,
+                  "s390x": 238, "i686": 240, "i386": 240, "armv7l": 240}
+
+
+def futex_syscall() -> int:
+    if not sys.platform.startswith("linux"):
+        return 0
+    return _FUTEX_SYSCALL.get(platform.machine(), 0)
+
+
+class LLVMRuntimeError(InvalidArgumentError):
     """Buffers or sizes given to a compiled program do not fit it."""
 
 
@@ -79,10 +108,30 @@ def _data_address_reader() -> Any:
 
 
 _address = _data_address_reader()
+_MAIN_THREAD = threading.main_thread().ident
 
 
-def _stop_team(stop, jit) -> None:  # noqa: ARG001 - jit keeps the code alive until joined
+def _stop_team(stop, jit) -> None:
+    """Join the workers, then free the code they ran."""
     stop()
+    jit.close()
+
+
+class ThreadStartWarning(RuntimeWarning):
+    """The system refused some worker threads; the program runs on fewer."""
+
+
+#: Every program with a team, for :func:`_after_fork_in_child`.
+_LIVE: "weakref.WeakSet[CompiledProgram]" = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for program in list(_LIVE):
+        program._after_fork_in_child()  # noqa: SLF001
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class CompiledProgram:
@@ -115,15 +164,39 @@ class CompiledProgram:
             for t in range(1, self.threads):
                 slots[t] = cpus[t]
         stop = _STOP(self.jit.address(codegen.SYMBOLS.stop))
-        start(self.threads)
+        self._start, self._asked = start, self.threads
+        error = self._start_team()
         self._finalizer = weakref.finalize(self, _stop_team, stop, self.jit)
         self._lock = threading.Lock()
+        self._arm = interrupt.arm_function()
+        _LIVE.add(self)
+        self._warn_if_short(error, stacklevel=3)
         nb, ns = len(program.buffers), len(program.sizes)
         self._ptrs = (ctypes.c_void_p * max(nb, 1))()
         self._sizes = (ctypes.c_int32 * max(ns, 1))()
         self._buf_dtypes = [np.dtype(np_dtype(b.dtype)) for b in program.buffers]
         self._ptrs_addr, self._sizes_addr = ctypes.addressof(self._ptrs), ctypes.addressof(self._sizes)
         self._last: list = [None] * max(nb, 1)  # the arrays whose pointers _ptrs holds
+
+    def _start_team(self) -> int:
+        """Start the workers (``cx_start``); the team size goes to ``threads``. Returns the
+        error code of a refused ``pthread_create`` (0: all started)."""
+        err = ctypes.c_int32(0)
+        self.threads = self._start(self._asked, WORKER_STACK_BYTES, futex_syscall(), ctypes.addressof(err))
+        return err.value
+
+    def _warn_if_short(self, error: int, stacklevel: int) -> None:
+        if self.threads < self._asked:
+            warnings.warn(f"llvm target: only {self.threads} of {self._asked} threads could be "
+                          f"started (pthread_create: {os.strerror(error)}); this program runs on "
+                          f"{self.threads}", ThreadStartWarning, stacklevel=stacklevel)
+
+    def _after_fork_in_child(self) -> None:
+        """A forked child has none of the parent's threads (its first call would wait for them
+        forever) and perhaps a lock held by a parent thread: a new lock and a new team."""
+        self._lock = threading.Lock()
+        if self._finalizer.alive:
+            self._warn_if_short(self._start_team(), stacklevel=2)
 
     @property
     def optimized_ir(self) -> str:
@@ -133,8 +206,10 @@ class CompiledProgram:
         return self.jit.assembly()
 
     def close(self) -> None:
-        """Stop and join the worker threads now (also done when the object is collected)."""
-        self._finalizer()
+        """Stop and join the worker threads and free the machine code now (also done when the
+        object is collected). Waits for a call in progress on another thread."""
+        with self._lock:
+            self._finalizer()
 
     # ---------------------------------------------------------------- profiling builds
     def profile(self) -> dict:
@@ -188,9 +263,10 @@ class CompiledProgram:
 
         The arrays must be C-contiguous with the buffers' dtypes (see :meth:`run` for a checked
         entry point); they are used in place."""
-        if not self._finalizer.alive:
-            raise RuntimeError("this compiled program was closed")
+        arm = self._arm if threading.get_ident() == _MAIN_THREAD else None  # see interrupt.py
         with self._lock:
+            if not self._finalizer.alive:
+                raise RuntimeError("this compiled program was closed")
             last = self._last
             for i, a in enumerate(arrays):
                 if a is not last[i]:  # parameters and pooled outputs come back every call
@@ -198,7 +274,9 @@ class CompiledProgram:
                     last[i] = a
             for i, s in enumerate(sizes):
                 self._sizes[i] = s
-            self._run(self._ptrs_addr, self._sizes_addr)
+            interrupted = self._run(self._ptrs_addr, self._sizes_addr, arm)
+        if interrupted:  # Python's own SIGINT handler usually raised already, on return
+            raise KeyboardInterrupt("the native call stopped at a level barrier (SIGINT)")
 
     def launch_checked(self, arrays: tuple, sizes: list[int]) -> None:
         """:meth:`launch` after checking that every array is a C-contiguous ndarray of its

@@ -11,10 +11,11 @@ from importlib import metadata
 from typing import Any, Mapping
 
 from cortex.core.plugin.backend import Backend
+from cortex.core.plugin.distribution import pip_install
 from cortex.core.plugin.targets import Availability, Target, TargetOption
 
 PACKAGE = "llvmlite"  # the Python package code generation needs
-FIX = "pip install 'cortex[llvm]'"
+FIX = pip_install("llvm")
 
 
 def _cpu_name_problem(value: str) -> str | None:

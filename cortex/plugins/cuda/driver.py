@@ -26,10 +26,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from cortex.core.errors import CortexError
 from cortex.plugins.cuda.device import DeviceInfo
 
 
-class CudaError(RuntimeError):
+class CudaError(CortexError, RuntimeError):
     """A CUDA driver call failed (the message names the call and the driver's error)."""
 
 

@@ -28,10 +28,11 @@ from typing import Callable, Mapping
 import numpy as np
 
 from cortex.core import loopir as ir
+from cortex.core.errors import CortexError
 from cortex.core.render.c_family import dynamic_shared_bytes, kernel_symbol
 
 
-class LaunchError(RuntimeError):
+class LaunchError(CortexError, RuntimeError):
     """A kernel cannot be launched as scheduled (e.g. it cannot be co-resident for a grid barrier)."""
 
 

@@ -14,10 +14,11 @@ from typing import Any, Mapping
 
 from cortex.core.plugin import hostinfo
 from cortex.core.plugin.backend import Backend
+from cortex.core.plugin.distribution import pip_install
 from cortex.core.plugin.targets import Availability, Target, TargetOption
 
 PACKAGE = "pycuda"  # the Python package launches need
-FIX = "pip install 'cortex[cuda]'"
+FIX = pip_install("cuda")
 NVCC_FIX = "install the CUDA toolkit and put nvcc on PATH (or set CUDA_HOME)"
 DRIVER_FIX = "run on a machine with an NVIDIA GPU and its driver"
 _ARCH = re.compile(r"^(auto|sm_\d{2,3}[a-z]?)$")

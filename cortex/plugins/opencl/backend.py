@@ -21,6 +21,5 @@ def create_backend(options: Mapping[str, Any]) -> Backend:
     device = device_for(str(options.get("device", "")))
     info = device.info
     renderer = OpenCLRenderer(fast_math=bool(options.get("fast_math", True)), float_lanes=info.native_float_lanes,
-                              clang_cpu=info.kind == "CPU" and "portable computing language" in info.platform.lower(),
-                              jam=info.kind == "CPU")
+                              clang_cpu=info.kind == "CPU" and "portable computing language" in info.platform.lower())
     return Backend(capabilities(device.info), renderer, OpenCLCompiler(device), OpenCLRuntime(device))

@@ -171,6 +171,15 @@ def describe(device: Any) -> DeviceInfo:
     )
 
 
+#: The schedule knobs whose best value depends on this backend on a CPU device (PoCL), measured
+#: on the TreeLSTM (docs/opencl.md): scalar hidden loops (the driver vectorizes; the jam writes
+#: its own vector statements), weights packed by blocks of rows, threads (work-groups) over a
+#: level's hidden units, groups of 4 nodes jammed, and loops that are not jammed run 8 nodes per
+#: work-item (x 4 hidden tiles when the hidden loops are parallel).
+CPU_PREFERRED = (("vector_width", 1), ("weight_layout", "packed"), ("interchange", True), ("node_jam", 4), ("jam_interleave", False),
+                 ("node_chunk", 8), ("hidden_tiles", 4))
+
+
 def capabilities(info: DeviceInfo) -> Capabilities:
     """What the scheduler may assume of this device.
 
@@ -178,14 +187,17 @@ def capabilities(info: DeviceInfo) -> Capabilities:
     barrier (OpenCL has none), so one call is a host loop of launches (``single_call=False``).
 
     A CPU device is described as the CPU it is (``has_grid=False``): its work-groups are CPU
-    threads and its compiler vectorizes loops itself, so the scheduler picks CPU knobs (row-major
-    weights, whose GEMV rows the driver vectorizes as dot products) and the backend maps the
-    ``parallel`` loops onto work-groups and work-items (``forms.to_work_groups``). The OpenCL
-    dialect has no SIMD-loop spelling, so no vector width is offered (``vector_bits=0``).
+    threads and its compiler vectorizes loops itself, so the scheduler picks CPU knobs and the
+    backend maps the ``parallel`` loops onto work-groups and work-items
+    (``forms.to_work_groups``). Its SIMD width is the device's native float vector width, which
+    sizes the node jam's hidden blocks (``hidden_jam``) and packed weight blocks; the backend's
+    measured preferences are :data:`CPU_PREFERRED`.
 
-    Either way the backend also builds every level into one single-work-group kernel for small
-    inputs (``forms.single_group_kernel``)."""
+    Either way the backend also builds every level into one single-work-group kernel and runs it
+    for small inputs (``single_group_form``: ``kernel_form="auto"`` with the threshold
+    ``single_group_nodes``; ``forms.single_group_kernel``)."""
     if info.kind == "CPU":
+        lanes = max(1, info.native_float_lanes)
         return Capabilities(
             has_grid=False,
             grid_barrier=False,
@@ -195,10 +207,13 @@ def capabilities(info: DeviceInfo) -> Capabilities:
             num_cores=info.compute_units,
             shared_memory_bytes=0,
             cache_bytes_per_core=info.cache_bytes // max(1, info.compute_units),
-            vector_bits=0,
+            vector_bits=32 * lanes if lanes > 1 else 0,
+            vector_registers=32 if lanes >= 16 else 16,
             supports_fp64=info.fp64,
             dialect="opencl",
             single_call=False,
+            single_group_form=True,
+            preferred=CPU_PREFERRED,
         )
     return Capabilities(
         has_grid=True,
@@ -213,6 +228,7 @@ def capabilities(info: DeviceInfo) -> Capabilities:
         supports_fp64=info.fp64,
         dialect="opencl",
         single_call=False,
+        single_group_form=True,
     )
 
 

@@ -111,11 +111,16 @@ def serpentine(body: ir.Stmt, odd: ir.Expr) -> ir.Stmt:
     2 MB L2), so in the same order every level the cache holds the END of the weights when the
     next level starts at their beginning. Alternating the direction from level to level starts
     each level on what the last one read last. Legal because the iterations of a work-group loop
-    are independent (any order is)."""
+    are independent (any order is). A loop whose body holds a group barrier (work-item loops in a
+    row) keeps its order: the always-true range test the mirrored index needs would put the
+    barrier under an ``if``, which PoCL's work-group compiler gets wrong (the conformance suite's
+    random schedules saw NaNs)."""
 
     def f(n: ir.Node) -> ir.Node | None:
         if isinstance(n, ir.For) and n.kind == "gpu_group":
             inner = n.var + "_fw"
+            if any(isinstance(m, ir.Barrier) for m in ir.walk(n.body)):
+                return None  # it would sit under the `if` below, where PoCL miscompiles a barrier
             mirrored = ir.Select(odd, n.start + n.stop - 1 - ir.Var(inner), ir.Var(inner))
             g = ir.Var(n.var)
             # always true; it gives the verifier the loop variable's range back
@@ -142,101 +147,6 @@ def needs_single_group(program: ir.Program) -> bool:
     """True when the host steps alone cannot run ``program`` here: a kernel waits on a grid
     barrier, which OpenCL only has in the one-work-group launch."""
     return any(_has_grid_barrier(k.body) for k in program.kernels if k.name != SINGLE_KERNEL)
-
-
-#: Nodes one work-item runs in lockstep in :func:`chunk_nodes` (weight rows reused from L1).
-NODE_CHUNK = 8
-#: Hidden tiles per node chunk when the schedule made the hidden loop parallel: work-groups
-#: over (node chunks x hidden tiles), so even one node keeps several cores busy.
-HIDDEN_TILES = 4
-
-
-def _free_vars(e: ir.Node) -> set[str]:
-    return {n.name for n in ir.walk(e) if isinstance(n, ir.Var)}
-
-
-def _chunk_loop(loop: ir.For, chunk: int, tiles: int, fresh: str) -> ir.Stmt | None:
-    """``for v (parallel): let..; for j (node-independent bounds): B`` ->
-    ``for g (parallel): for j [in tile]: for v in chunk: let..; B``; None if no match.
-
-    Serial hidden loops keep their whole range (``g`` counts node chunks); parallel hidden loops
-    with constant bounds are also cut into ``tiles`` tiles (``g`` counts chunks x tiles)."""
-    if not any(isinstance(n, ir.Reduce) for n in ir.walk(loop.body)):
-        # no weight row to reuse: whole nodes per chunk, the contiguous hidden loop innermost
-        # (fewer, bigger work-groups: each costs PoCL a few microseconds to schedule)
-        g = ir.Var(fresh)
-        first = loop.start + g * chunk
-        node_loop = ir.For(loop.var, first, ir.minimum(first + chunk, loop.stop), loop.body, "serial")
-        count = (loop.stop - loop.start + (chunk - 1)) // chunk
-        return ir.For(fresh, 0, count, node_loop, "parallel")
-    lets: list[ir.Let] = []
-    body = loop.body
-    while isinstance(body, ir.Let):
-        lets.append(body)
-        body = body.body
-    inner = list(body.stmts) if isinstance(body, ir.Seq) else [body]
-    if not inner or not all(isinstance(x, ir.For) for x in inner):
-        return None
-    serial = all(x.kind in ("serial", "unrolled", "vectorized") for x in inner)
-    parallel = all(x.kind == "parallel" and ir.const_int(x.start) is not None
-                   and ir.const_int(x.stop) is not None for x in inner)
-    if not (serial or parallel):
-        return None
-    bound = {loop.var} | {x.var for x in lets}
-    if any(_free_vars(x.start) & bound or _free_vars(x.stop) & bound for x in inner):
-        return None
-    tiles = 1 if serial else max(1, min(tiles, min(ir.const_int(x.stop) - ir.const_int(x.start) for x in inner)))
-    g = ir.Var(fresh)
-    lo, hi = loop.start, loop.stop
-    first = lo + (g // tiles if tiles > 1 else g) * chunk
-    nests = []
-    for j in inner:
-        per_node: ir.Stmt = j.body
-        for let in reversed(lets):
-            per_node = ir.Let(let.var, let.value, per_node)
-        node_loop = ir.For(loop.var, first, ir.minimum(first + chunk, hi), per_node, "serial")
-        if tiles > 1:
-            a, b = ir.const_int(j.start), ir.const_int(j.stop)
-            size = -(-(b - a) // tiles)
-            start = a + (g % tiles) * size
-            nests.append(ir.For(j.var, start, ir.minimum(start + size, b), node_loop, "serial"))
-        else:
-            nests.append(ir.For(j.var, j.start, j.stop, node_loop, j.kind))
-    count = (hi - lo + (chunk - 1)) // chunk
-    return ir.For(fresh, 0, count * tiles if tiles > 1 else count, ir.seq(*nests), "parallel")
-
-
-def chunk_nodes(program: ir.Program, chunk: int = NODE_CHUNK, tiles: int = HIDDEN_TILES,
-                skip: frozenset[str] = frozenset()) -> ir.Program:
-    """Let each work-item run ``chunk`` nodes in lockstep, hidden unit by hidden unit, so a
-    weight row read for one node is reused from L1 by the next ``chunk - 1`` (a node-at-a-time
-    GEMV re-reads the whole weight matrix per node: for a TreeLSTM of hidden 256, 2.6 MB).
-
-    Applies to each kernel's outermost ``parallel`` node loop whose body is pure lets around
-    loops with node-independent bounds. When those hidden loops are parallel too (schedule
-    ``parallel="both"``), each chunk is also cut into ``tiles`` hidden tiles: work-groups over
-    (node chunks x hidden tiles), so a level of one node still spreads over several cores.
-    Legal because iterations of a parallel loop are independent, so interleaving them keeps
-    each one's own statement order. Kernels named in ``skip`` (already jammed) are kept."""
-    taken = {n.name for n in ir.walk(program) if isinstance(n, ir.Var)}
-    kernels = []
-    for k in program.kernels:
-        if k.name in skip:
-            kernels.append(k)
-            continue
-        fresh = "cx_chunk"
-        while fresh in taken:
-            fresh += "_"
-        taken.add(fresh)
-        body = k.body
-        top = list(body.stmts) if isinstance(body, ir.Seq) else [body]
-        out = []
-        for st in top:
-            if isinstance(st, ir.For) and st.kind == "parallel":
-                st = _chunk_loop(st, chunk, tiles, fresh) or st
-            out.append(st)
-        kernels.append(replace(k, body=ir.seq(*out)))
-    return replace(program, kernels=tuple(kernels))
 
 
 #: Independent partial sums per reduction step in :func:`split_reductions`.
@@ -313,6 +223,23 @@ def hoist_guards(program: ir.Program) -> ir.Program:
     return replace(program, kernels=kernels)
 
 
+def unfused_fma(program: ir.Program) -> ir.Program:
+    """``fma(a, b, c)`` -> ``c + a * b``: the build flags (``-cl-unsafe-math-optimizations``)
+    let the driver contract it back into one FMA instruction, while PoCL's ``fma`` on the vector
+    statements of a jammed block is a library call per element (measured on the TreeLSTM h256:
+    b1 3.9 ms against 13.5 ms with ``fma``). Equal up to rounding, so the backend applies it
+    only with ``fast_math``; without it ``fma`` stays exact."""
+
+    def f(n: ir.Node) -> ir.Node | None:
+        if isinstance(n, ir.Call) and n.fn == "fma":
+            a, b, c = n.args
+            return ir.BinOp("+", c, ir.BinOp("*", a, b))
+        return None
+
+    kernels = tuple(replace(k, body=ir.transform(k.body, f)) for k in program.kernels)
+    return replace(program, kernels=kernels)
+
+
 def tanh_via_sigmoid(program: ir.Program) -> ir.Program:
     """``tanh(x)`` -> ``2 * sigmoid(2 * x) - 1``: one ``exp`` instead of the driver's ``tanh``.
 
@@ -343,6 +270,59 @@ def _float_dtype(e: ir.Expr, program: ir.Program) -> str | None:
     return dt if dt in ir.FLOAT_DTYPES else None
 
 
+def _has_parallel(s: ir.Stmt) -> bool:
+    return any(isinstance(n, ir.For) and n.kind == "parallel" for n in ir.walk(s))
+
+
+def split_phases(program: ir.Program) -> ir.Program:
+    """A kernel whose body (under its lets) is a sequence in which two or more statements hold
+    a parallel loop -- an interchanged level: one parallel loop per hidden nest, the later ones
+    reading what the earlier ones wrote -- becomes one kernel per statement, launched in turn:
+    in the per-level form a launch boundary is the only barrier across work-groups OpenCL has.
+    The single-work-group kernel inlines them with a group barrier between each."""
+    kernels: list[ir.Kernel] = []
+    parts_of: dict[str, list[str]] = {}
+    taken = {k.name for k in program.kernels}
+    for k in program.kernels:
+        lets: list[ir.Let] = []
+        body = k.body
+        while isinstance(body, ir.Let):
+            lets.append(body)
+            body = body.body
+        top = list(body.stmts) if isinstance(body, ir.Seq) else [body]
+        if sum(_has_parallel(s) for s in top) < 2:
+            kernels.append(k)
+            continue
+        names = []
+        for i, s in enumerate(top):
+            name = k.name
+            if i:
+                name = f"{k.name}_phase{i}"
+                while name in taken:
+                    name += "_"
+                taken.add(name)
+            for let in reversed(lets):
+                s = ir.Let(let.var, let.value, s)
+            kernels.append(replace(k, name=name, body=s))
+            names.append(name)
+        parts_of[k.name] = names
+    if not parts_of:
+        return program
+
+    def steps(host: tuple[ir.Node, ...]) -> tuple[ir.Node, ...]:
+        out: list[ir.Node] = []
+        for st in host:
+            if isinstance(st, ir.Launch) and st.kernel in parts_of:
+                out += [ir.Launch(name, st.args) for name in parts_of[st.kernel]]
+            elif isinstance(st, ir.HostFor):
+                out.append(replace(st, body=steps(st.body)))
+            else:
+                out.append(st)
+        return tuple(out)
+
+    return replace(program, kernels=tuple(kernels), host=steps(program.host))
+
+
 def to_work_groups(program: ir.Program) -> ir.Program:
     """CPU-style parallel loops -> OpenCL work-groups and work-items.
 
@@ -350,7 +330,13 @@ def to_work_groups(program: ir.Program) -> ir.Program:
     loops ``parallel``; here, in each kernel, the outermost ``parallel`` loops (not inside a
     serial loop) become ``gpu_group`` loops and the outermost ``parallel`` loops inside those
     become ``gpu_thread`` loops; deeper ones run serially within their work-item. Parallel
-    loops promise no loop-carried dependence, so any such mapping is legal."""
+    loops promise no loop-carried dependence, so any such mapping is legal; but where a group
+    would run two work-item loops one after the other (a node's hidden nests under
+    ``parallel="both"``, the later reading units the earlier wrote) they stay serial in the
+    work-item instead: the statement order needs a group barrier between them, and PoCL's
+    work-group compiler gets a barrier inside a work-group loop wrong (the conformance suite's
+    random schedules found both: a race without it, wrong values with it).
+    (Statements that hold work-group loops one after the other: :func:`split_phases`.)"""
 
     def stmt(s: ir.Stmt, depth: int) -> ir.Stmt:
         # depth: 0 = no group loop above, 1 = inside a group loop, 2 = inside a thread loop,
@@ -366,6 +352,8 @@ def to_work_groups(program: ir.Program) -> ir.Program:
             body = stmt(s.body, inner)
             return replace(s, kind=kind, body=body)
         if isinstance(s, ir.Seq):
+            if depth == 1 and sum(_has_parallel(x) for x in s.stmts) >= 2:
+                depth = 3  # work-item loops in a row: serial within the work-item
             return ir.Seq(tuple(stmt(x, depth) for x in s.stmts))
         if isinstance(s, (ir.Let, ir.Alloc)):
             return replace(s, body=stmt(s.body, depth))

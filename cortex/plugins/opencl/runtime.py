@@ -41,18 +41,17 @@ import numpy as np
 from cortex.core import loopir as ir
 from cortex.core.errors import CortexError
 from cortex.core.loopir.interpret import eval_shape, np_dtype
-from cortex.core.lowering.transforms import to_layout
 from cortex.core.plugin.backend import Runtime, check_index_values
 from cortex.plugins.opencl import forms
 from cortex.plugins.opencl.device import Device
 
-#: ``form`` values: "auto" picks per call; the others force one shape.
+#: ``form`` values: "auto" follows the schedule (``kernel_form`` and ``single_group_nodes``,
+#: recorded in ``Program.launch``); the others force one shape.
 FORMS = ("auto", "per_level", "single_group")
-#: With ``form="auto"`` on a CPU device, inputs of at most this many nodes per two compute
-#: units run as one single-work-group launch (measured on PoCL, see docs/opencl.md).
-SINGLE_GROUP_MAX_NODES = 256
-#: On other devices one work-group is one of many compute units: only tiny inputs (unmeasured).
-SINGLE_GROUP_MAX_NODES_GPU = 8
+#: The size threshold of a program that records none (one not made by ``cortex.compile``): the
+#: schedule's default rule for ``single_group_nodes`` (``cortex.core.lowering.schedule_knobs``).
+FALLBACK_NODES_PER_TWO_UNITS = 256
+FALLBACK_NODES_GPU = 8
 
 
 class OpenCLResourceError(CortexError, RuntimeError):
@@ -158,29 +157,39 @@ class _Layout:
 
 
 def choose_form(form: str, has_single: bool, has_host: bool, sizes: Mapping[str, int],
-                parallel_units: int, cpu: bool = True) -> str:
-    """"single_group" or "per_level" for one call (see the module doc)."""
+                parallel_units: int, cpu: bool = True, program: ir.Program | None = None) -> str:
+    """"single_group" or "per_level" for one call: ``form`` when it is not "auto"; else the
+    schedule's ``kernel_form`` ("single", "per_level", or "auto": the one-work-group kernel for
+    inputs of at most ``single_group_nodes`` nodes), as ``program.launch`` records it."""
     if form != "auto":
         return form
     if not has_host:
         return "single_group"
     if not has_single:
         return "per_level"
-    nodes = int(sizes.get("N", 0))
-    return "single_group" if nodes <= single_group_limit(parallel_units, cpu) else "per_level"
+    chosen = dict(program.launch).get("kernel_form", "auto") if program is not None else "auto"
+    if chosen == "single":
+        return "single_group"
+    if chosen == "per_level":
+        return "per_level"
+    limit = single_group_limit(program, parallel_units, cpu)
+    return "single_group" if int(sizes.get("N", 0)) <= limit else "per_level"
 
 
-def single_group_limit(parallel_units: int, cpu: bool = True) -> int:
-    """The most nodes ``form="auto"`` runs as one single-work-group launch."""
-    return SINGLE_GROUP_MAX_NODES * max(1, parallel_units // 2) if cpu else SINGLE_GROUP_MAX_NODES_GPU
+def single_group_limit(program: ir.Program | None, parallel_units: int, cpu: bool = True) -> int:
+    """The most nodes ``kernel_form="auto"`` runs as one single-work-group launch: the
+    schedule's ``single_group_nodes`` (``program.launch``), else the device's fallback."""
+    limit = dict(program.launch).get("single_group_nodes") if program is not None else None
+    if limit is None:
+        return FALLBACK_NODES_PER_TWO_UNITS * max(1, parallel_units // 2) if cpu else FALLBACK_NODES_GPU
+    return int(limit)  # type: ignore[arg-type]
 
 
 class CompiledProgram:
     """A built ``cl.Program`` for a LoopProgram (and its single-work-group form)."""
 
     def __init__(self, program: ir.Program, cl_program: Any, device: Device, *,
-                 work_group_size: int = 0, form: str = "auto",
-                 relayout: Mapping[str, tuple] | None = None) -> None:
+                 work_group_size: int = 0, form: str = "auto") -> None:
         if form not in FORMS:
             raise ValueError(f"form must be one of {FORMS}, got {form!r}")
         self.program = program
@@ -203,9 +212,6 @@ class CompiledProgram:
             raise ValueError(f"program {program.name} has the level loop inside a kernel; OpenCL "
                              "can run it only as one work-group (form='single_group' or 'auto')")
         self.roles = {b.name: b.role for b in program.buffers}
-        # params the renderer stored in another layout: given as the scheduled program has them
-        # (its row-major shape), converted once when uploaded
-        self.relayout = dict(relayout or {})
         self.align = device.info.base_align_bytes
         mf = cl.mem_flags
         self._inputs = _Pool(device, "per-call inputs", mf.READ_ONLY)
@@ -224,7 +230,7 @@ class CompiledProgram:
         """Batch sizes (nodes) that run each execution form this program has once, for
         ``Executable.warmup``: PoCL and other drivers build a kernel at its first launch."""
         info = self.device.info
-        limit = single_group_limit(info.compute_units, info.kind == "CPU")
+        limit = single_group_limit(self.program, info.compute_units, info.kind == "CPU")
         return (1, limit + 1) if self.has_single and self.host_ok else (1,)
 
     # ------------------------------------------------------------------ launch sizes
@@ -299,8 +305,7 @@ class CompiledProgram:
         missing = [s.name for s in self.program.sizes if s.name not in sizes]
         if missing:
             raise ValueError(f"program {self.program.name}: sizes {missing} not given")
-        return {b.name: eval_shape(b.logical_shape if b.name in self.relayout and b.logical_shape else b.shape, sizes)
-                for b in self.program.buffers}
+        return {b.name: eval_shape(b.shape, sizes) for b in self.program.buffers}
 
     def launch(self, args: tuple[Any, ...]) -> None:
         """Bind ``args`` (buffers in program order, then sizes) and enqueue the whole call:
@@ -321,10 +326,7 @@ class CompiledProgram:
                 if not isinstance(a, HostArray):
                     raise TypeError(f"param buffer {b.name!r}: expected what runtime.upload returned")
                 if a.device is None:
-                    data = a.array
-                    if b.name in self.relayout:
-                        data = to_layout(data, self.relayout[b.name])
-                    a.device = _dedicated(self.device, data, b.name)
+                    a.device = _dedicated(self.device, a.array, b.name)
             elif b.read_only:
                 if not isinstance(a, HostArray):
                     raise TypeError(f"{b.role} buffer {b.name!r}: expected what runtime.upload returned")
@@ -363,7 +365,7 @@ class CompiledProgram:
             device_args += [np.int32(v) for v in args[nb:]]
             info = self.device.info
             form = choose_form(self.form, self.has_single, self.host_ok, sizes, info.compute_units,
-                               cpu=info.kind == "CPU")
+                               cpu=info.kind == "CPU", program=p)
             self.last_form = form
             self.launches = 0
             if form == "single_group":

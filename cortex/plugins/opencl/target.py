@@ -13,10 +13,11 @@ from typing import Any, Mapping
 
 from cortex.core.plugin import hostinfo
 from cortex.core.plugin.backend import Backend
+from cortex.core.plugin.distribution import pip_install
 from cortex.core.plugin.targets import Availability, Target, TargetOption
 
 PACKAGE = "pyopencl"  # the Python package code generation needs
-FIX = "pip install 'cortex[opencl]'"
+FIX = pip_install("opencl")
 DEVICE_FIX = (
     "install your device's OpenCL driver (ICD), or `pip install pocl-binary-distribution` "
     "for a CPU device"

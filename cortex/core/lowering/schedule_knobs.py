@@ -1,0 +1,190 @@
+"""The schedule knobs of a target: legal choices and default rules, from its Capabilities.
+
+Pipeline position: :class:`~cortex.core.lowering.schedule.ScheduleSpace` calls :func:`space_knobs` when
+it is built; the lowering (``cortex.core.lowering.apply_schedule``) applies the knobs. A knob is offered
+with more than one choice only where the capabilities allow it (no node jam on a grid target,
+no prefetch where the code generator has none); its default is a *rule* over the capabilities,
+the float type and the knobs resolved before it, and the rule is recorded with the value
+(``dump=`` and the executable's notes show it). Where the best value depends on a backend's code
+generator rather than on a capability (how many nodes to jam), the backend states its measured
+preference in ``Capabilities.preferred`` and the rule takes it when it is legal.
+
+=====================  ========================================================================
+``tile_hidden``        tile size of the hidden dimension (0 = untiled)
+``vector_width``       SIMD lanes of the innermost hidden loop (1 = scalar)
+``unroll``             unroll factor of the reduction (GEMV) loop
+``parallel``           which loop is parallel: "nodes" of a level, "hidden" units, or "both"
+                       (on a grid target: nodes -> groups, hidden -> threads of a group)
+``weight_layout``      "row_major", "transposed", "packed" (blocks of ``weight_block`` rows)
+``persistent``         keep weights resident in local/shared memory across levels
+``kernel_form``        "single" (every level in one kernel), "per_level" (a launch per level),
+                       "auto" (where the backend derives a one-work-group kernel from the
+                       per-level program: that kernel for inputs of at most
+                       ``single_group_nodes`` nodes, else a launch per level)
+``leaf_specialization``  separate loop nest for leaves, no per-node branch
+``fuse``               fuse the gate GEMV with bias and elementwise epilogue in one loop nest
+``threads``            CPU worker threads of a call; threads per group on a grid target
+``reduce_lanes``       lanes (of a warp) per GEMV row, combined by shuffles (0 = auto)
+``interchange``        a level's node loop inside its hidden-unit loops: threads split the
+                       weight rows, each core's share stays in its cache across levels
+``node_jam``           nodes per jammed group (stages halve it down to 1; 1 = no jam)
+``jam_pad``            a short last group repeats its last node where that is legal
+``jam_accumulators``   SIMD registers one fused reduction loop keeps accumulators in
+``jam_unroll``         steps of a fused reduction loop per trip
+``jam_interleave``     a jammed group's body let by let for every node, or node by node
+``hidden_jam``         hidden units per jammed block (the lanes of its vectors)
+``weight_block``       rows per block of a ``packed`` weight
+``wide_lanes``         widest vector a matrix nest's split column loop is merged into (0 = off)
+``prefetch``           a node loop gathering table rows prefetches those of the node this far
+                       ahead (0 = off)
+``node_chunk``         nodes per work unit of a node-parallel loop that is not jammed (1 = off)
+``hidden_tiles``       hidden tiles per node chunk when the hidden loops are parallel
+``single_group_nodes`` the input size (nodes) up to which ``kernel_form="auto"`` runs the
+                       one-work-group kernel
+=====================  ========================================================================
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from cortex.core.plugin.capabilities import Capabilities
+from cortex.core.lowering.schedule import Constraint, Knob
+
+
+def _pow2_upto(n: int, start: int = 1) -> tuple[int, ...]:
+    out, x = [], start
+    while x <= n:
+        out.append(x)
+        x *= 2
+    return tuple(out)
+
+
+def _with(choices: tuple, value: Any) -> tuple:
+    return choices if value in choices else tuple(sorted(set(choices) | {value}))
+
+
+def space_knobs(caps: Capabilities, dtype: str) -> tuple[tuple[Knob, ...], tuple[Constraint, ...]]:
+    """The knobs (in ``Schedule`` field order) and constraints of ``caps`` for ``dtype``."""
+    itemsize = 4 if dtype == "float32" else 8
+    lanes = caps.vector_lanes(itemsize)
+    grid = caps.has_grid
+    cpu = not grid  # CPU-style node loops: the node-loop transforms apply
+    pref = dict(caps.preferred)
+
+    def pick(name: str, choices: tuple, fallback: Any, rule: str) -> tuple[Any, str]:
+        if name in pref and pref[name] in choices:
+            return pref[name], f"the backend's measured preference ({pref[name]!r})"
+        return fallback, rule
+
+    def knob(name: str, choices: tuple, default: Any, doc: str, rule: str = "", **kw: Any) -> Knob:
+        if not callable(default):
+            default, rule = pick(name, choices, default, rule)
+        return Knob(name, choices, default, doc, rule, **kw)
+
+    single_ok = caps.grid_barrier if grid else caps.single_call
+    if caps.single_group_form:
+        forms: tuple = ("auto", "single", "per_level")
+        form_rule = "the backend picks per call, by input size, between its one-work-group kernel and a launch per level"
+    elif single_ok:
+        forms, form_rule = ("single", "per_level"), "the level loop inside one kernel (one call per batch)"
+    else:
+        forms, form_rule = ("per_level",), "the only form here (no barrier across the whole device)"
+    persist_ok = caps.shared_memory_bytes > 0 if grid else caps.cache_bytes_per_core > 0
+    if grid:
+        threads = _pow2_upto(caps.max_threads_per_group, 32) or (caps.max_threads_per_group,)
+        thread_default, thread_rule = min(256, threads[-1]), "256 threads per group (or the device's most)"
+        tiles = (0,) + _pow2_upto(min(256, caps.max_threads_per_group), 8)
+    else:
+        threads = tuple(sorted(set(_pow2_upto(caps.num_cores)) | {caps.num_cores}))
+        thread_default, thread_rule = caps.num_cores, f"every core the target uses ({caps.num_cores})"
+        tiles = (0, 8, 16, 32, 64, 128)
+    layouts = ("row_major", "transposed") + (("packed",) if lanes > 1 else ())
+    if grid:
+        layout, layout_rule = "transposed", "a grid target: a warp's threads read consecutive rows (coalesced)"
+    elif lanes > 1:
+        layout, layout_rule = "packed", f"blocks of rows: one SIMD load per {lanes} hidden units"
+    else:
+        layout, layout_rule = "row_major", "no SIMD width known"
+    warp = grid and caps.warp_size > 0
+    registers = caps.vector_registers
+    accs = max(4, registers * 3 // 4) if registers else 12
+    acc_rule = (f"three quarters of the {registers} SIMD registers (the rest hold the loads)" if registers
+                else "12: the register file is unknown")
+    group_nodes = 256 * max(1, caps.num_cores // 2) if cpu else 8
+    group_rule = ("256 nodes per two compute units (measured on PoCL's CPU device, docs/opencl.md)" if cpu
+                  else "8 nodes: one work-group is one of many compute units")
+    jam = {"active": lambda s: s["node_jam"] > 1, "needs": ("node_jam",), "when": "node_jam > 1"}
+
+    def hidden_jam(r: Mapping[str, Any]) -> tuple[int, str]:
+        if r["vector_width"] > 1:
+            return r["vector_width"], f"the vector width ({r['vector_width']})"
+        if lanes > 1:
+            return lanes, f"the SIMD lanes for {dtype} ({lanes})"
+        return 16, "16 (no SIMD width known)"
+
+    def weight_block(r: Mapping[str, Any]) -> tuple[int, str]:
+        if r["node_jam"] > 1:
+            return r["hidden_jam"], f"the jammed hidden block (hidden_jam={r['hidden_jam']})"
+        if r["vector_width"] > 1:
+            return r["vector_width"], f"the vector width ({r['vector_width']})"
+        return hidden_jam(r)
+
+    knobs = (
+        knob("tile_hidden", tiles, 0, "tile of the hidden dimension (0 = untiled)", "untiled"),
+        knob("vector_width", _pow2_upto(lanes), lanes if cpu else 1, "SIMD lanes of the hidden loop",
+             f"the SIMD lanes for {dtype} ({lanes})" if cpu else "a grid target: one hidden unit per thread"),
+        knob("unroll", (1, 2, 4, 8), 1, "unroll factor of the reduction loop", "no unrolling"),
+        knob("parallel", ("nodes", "hidden", "both"), "both" if grid else "nodes", "which loop runs in parallel",
+             "nodes -> groups, hidden units -> threads" if grid else "threads split the nodes of a level"),
+        knob("weight_layout", layouts, layout, "physical layout of weight matrices", layout_rule),
+        knob("persistent", (False, True) if persist_ok else (False,), False, "weights resident across levels",
+             "off"),
+        knob("kernel_form", forms, forms[0], "one kernel per call, one per level, or per call", form_rule),
+        knob("leaf_specialization", (True, False), True, "separate loop nest for leaves", "on"),
+        knob("fuse", (True, False), True, "fuse GEMV, bias and elementwise epilogue", "on"),
+        knob("threads", threads, thread_default, "CPU threads / threads per group", thread_rule),
+        knob("reduce_lanes", (0,) + _pow2_upto(caps.warp_size) if warp else (1,), 0 if warp else 1,
+             "lanes per GEMV row, combined by warp shuffles (0 = auto: threads // hidden)",
+             "auto" if warp else "no warp shuffles"),
+        knob("interchange", (False, True) if cpu else (False,), False, "threads split a level's hidden units",
+             "off"),
+        knob("node_jam", (1, 2, 4, 8, 16) if cpu else (1,), 1, "nodes per jammed group (1 = no jam)", "no jam"),
+        knob("jam_pad", (True, False) if cpu else (True,), True, "a short group repeats its last node",
+             "pad where the body reads nothing it stores", **jam),
+        knob("jam_accumulators", _with((8, 12, 16, 24, 32), accs) if cpu else (24,), accs if cpu else 24,
+             "SIMD registers of accumulators per fused loop", acc_rule if cpu else "no jam", **jam),
+        knob("jam_unroll", (1, 2, 4) if cpu else (1,), 1, "steps of a fused reduction loop per trip",
+             "one step", **jam),
+        knob("jam_interleave", (True, False) if cpu else (True,), True,
+             "a jammed group's body let by let for every node (False: node by node)", "let by let", **jam),
+        knob("hidden_jam", _with(_pow2_upto(64, 2), 16) if cpu else (16,), hidden_jam if cpu else 16,
+             "hidden units per jammed block", "no jam", **jam),
+        knob("weight_block", _pow2_upto(64, 2) if lanes > 1 else (16,), weight_block if lanes > 1 else 16,
+             "rows per block of a packed weight", "no packed layout here",
+             active=lambda s: s["weight_layout"] == "packed", needs=("weight_layout",),
+             when="weight_layout == 'packed'"),
+        knob("wide_lanes", (0, 32, 64) if cpu else (0,), 0, "widest merged vector of a matrix nest (0 = off)",
+             "off"),
+        knob("prefetch", (0, 1, 2, 4) if caps.prefetch else (0,), 0, "nodes ahead whose gathered rows are "
+             "prefetched (0 = off)", "off" if caps.prefetch else "no prefetch in this code generator"),
+        knob("node_chunk", (1, 2, 4, 8, 16) if cpu else (1,), 1, "nodes per work unit of a loop not jammed",
+             "one node"),
+        knob("hidden_tiles", (1, 2, 4, 8) if cpu else (1,), 1, "hidden tiles per node chunk", "one tile",
+             active=lambda s: s["node_chunk"] > 1, needs=("node_chunk",), when="node_chunk > 1"),
+        knob("single_group_nodes", _with((8, 32, 64, 128, 256, 512, 1024, 4096), group_nodes)
+             if caps.single_group_form else (256,), group_nodes if caps.single_group_form else 256,
+             "input size up to which kernel_form='auto' runs one work-group",
+             group_rule if caps.single_group_form else "no one-work-group form here",
+             active=lambda s: s["kernel_form"] == "auto", needs=("kernel_form",), when="kernel_form == 'auto'",
+             neutral=256 if not caps.single_group_form else group_nodes),
+    )
+    constraints = (
+        Constraint("tile_hidden must be 0 or a multiple of vector_width",
+                   lambda s: s.tile_hidden == 0 or s.tile_hidden % s.vector_width == 0,
+                   ("tile_hidden", "vector_width")),
+        Constraint("persistent weights need the level loop inside one kernel (kernel_form='single')",
+                   lambda s: not (s.persistent and grid and s.kernel_form != "single"),
+                   ("persistent", "kernel_form")),
+    )
+    return knobs, constraints

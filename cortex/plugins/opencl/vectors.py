@@ -1,0 +1,183 @@
+"""OpenCL C with vector statements: the core C-family renderer plus SIMD code for short
+``vectorized`` loops.
+
+Pipeline position: the rendering step of the ``opencl`` backend (:func:`render`, called by
+``compiler.OpenCLRenderer``). A ``vectorized`` loop of 2-16 iterations whose body is lets and
+stores, where every access that depends on the loop variable is contiguous in it (last index
+``lane + ...``, the others lane-free) and only ``+ - *`` and ``fma`` combine lane-dependent
+values, is written as straight-line statements on an OpenCL vector type: a lane-dependent let
+becomes a vector variable, a lane-free one a scalar (OpenCL C widens scalars in arithmetic; an
+``fma`` argument is widened explicitly), a store one vector store. That is the form a node jam's
+fused reduction loops take (``cortex.core.lowering.jam_fuse``): weight vectors loaded once, accumulators
+updated with ``fma``. The vector type is a typedef with the element's alignment, so loads and
+stores are unaligned vector moves: PoCL's ``vload``/``vstore`` are library calls its compiler
+does not inline (measured: every accumulator spilled). Any other loop renders as the core
+renderer writes it.
+
+``min_vector_bits`` > 0 marks every kernel ``__attribute__((min_vector_width(N)))`` (clang, so
+PoCL): without it LLVM splits a 16-float vector into two 256-bit halves on an AVX-512 CPU, and
+a jammed loop's 20 accumulators then need 40 registers (measured: 40 spill loads and stores per
+step); with it they stay 20 zmm registers.
+"""
+
+from __future__ import annotations
+
+from cortex.core import loopir as ir
+from cortex.core.render import c_family as render_c
+from cortex.core.render.dialects import get_dialect
+
+#: Lanes of an OpenCL vector statement (``vectorized`` loops of these trip counts).
+VECTOR_TRIPS = (2, 3, 4, 8, 16)
+
+
+def _names(e: ir.Node) -> set[str]:
+    return {n.name for n in ir.walk(e) if isinstance(n, ir.Var)}
+
+
+def _lane_coefficient(e: ir.Expr, lane: str) -> int | None:
+    """``c`` when ``e`` is ``c * lane + (lane-free)``; None when it is not affine in ``lane``."""
+    if lane not in _names(e):
+        return 0
+    if isinstance(e, ir.Var):
+        return 1
+    if isinstance(e, ir.BinOp) and e.op in ("+", "-"):
+        a, b = _lane_coefficient(e.a, lane), _lane_coefficient(e.b, lane)
+        if a is None or b is None:
+            return None
+        return a + b if e.op == "+" else a - b
+    if isinstance(e, ir.BinOp) and e.op == "*":
+        for c, x in ((e.a, e.b), (e.b, e.a)):
+            k = ir.const_int(c)
+            inner = _lane_coefficient(x, lane)
+            if k is not None and inner is not None:
+                return k * inner
+    return None
+
+
+class _VectorRenderer(render_c.CRenderer):
+    """See the module doc."""
+
+    min_vector_bits = 0
+
+    def kernel(self, k: ir.Kernel) -> str:
+        text = super().kernel(k)
+        if self.min_vector_bits and text.startswith("__kernel void"):
+            text = f"__kernel __attribute__((min_vector_width({self.min_vector_bits}))) void" + text[len("__kernel void"):]
+        return text
+
+    def vector_type(self, dtype: str, lanes: int) -> str:
+        t = self.ctype(dtype)
+        name = f"cx_v{t}{lanes}"
+        if name not in self.helpers:
+            size = 8 if dtype == "float64" else 4
+            self.helpers[name] = (f"typedef {t} {name} __attribute__((ext_vector_type({lanes}), "
+                                  f"aligned({size})));")
+        return name
+
+    def _pointer(self, buffer: str, vt: str, index: tuple[ir.Expr, ...]) -> str:
+        alloc = self.allocs.get(buffer)
+        if alloc is not None:
+            space = self.d.shared_qualifier if alloc.scope == "shared" and self.d.shared_qualifier else ""
+            const = ""
+        else:
+            space = self.d.global_qualifier
+            const = self.d.const_qualifier if self.p.buffer(buffer).read_only else ""
+        q = " ".join(x for x in (space, const) if x)
+        return f"(*({q + ' ' if q else ''}{vt}*)(&{self.flat_index(buffer, index)}))"
+
+    def _contiguous(self, index: tuple[ir.Expr, ...], lane: str) -> bool:
+        if not index:
+            return False
+        return (all(_lane_coefficient(i, lane) == 0 for i in index[:-1])
+                and _lane_coefficient(index[-1], lane) == 1)
+
+    def _varies(self, e: ir.Expr, lane: str, vlets: dict[str, str]) -> bool:
+        names = _names(e)
+        return lane in names or any(n in vlets for n in names)
+
+    def _vector_ok(self, e: ir.Expr, lane: str, dtype: str, vlets: dict[str, str]) -> bool:
+        if not self._varies(e, lane, vlets):
+            return not any(isinstance(n, ir.Reduce) for n in ir.walk(e))
+        if isinstance(e, ir.Var):
+            return vlets.get(e.name) == dtype
+        if isinstance(e, ir.Load):
+            return (self.dtypes.get(e.buffer) == dtype and self._contiguous(e.index, lane)
+                    and not any(n in vlets for i in e.index for n in _names(i)))
+        if isinstance(e, ir.BinOp) and e.op in ("+", "-", "*"):
+            return self._vector_ok(e.a, lane, dtype, vlets) and self._vector_ok(e.b, lane, dtype, vlets)
+        if isinstance(e, ir.Call) and e.fn == "fma":
+            return all(self._vector_ok(a, lane, dtype, vlets) for a in e.args)
+        return False
+
+    def _vexpr(self, e: ir.Expr, lane: str, start: ir.Expr, vt: str, vlets: dict[str, str]) -> str:
+        if not self._varies(e, lane, vlets):
+            return self.expr(e)
+        if isinstance(e, ir.Var):
+            return e.name
+        if isinstance(e, ir.Load):
+            index = tuple(ir.substitute(i, {lane: start}) for i in e.index)
+            return self._pointer(e.buffer, vt, index)  # type: ignore[arg-type]
+        if isinstance(e, ir.Call):  # fma: every argument a vector
+            args = [self._vexpr(a, lane, start, vt, vlets) if self._varies(a, lane, vlets)
+                    else f"(({vt})({self.expr(a)}))" for a in e.args]
+            return f"fma({', '.join(args)})"
+        assert isinstance(e, ir.BinOp)
+        return f"({self._vexpr(e.a, lane, start, vt, vlets)} {e.op} {self._vexpr(e.b, lane, start, vt, vlets)})"
+
+    def _statements(self, s: ir.Stmt, lane: str, start: ir.Expr, lanes: int, vlets: dict[str, str],
+                    pad: str) -> list[str] | None:
+        """``s`` as vector statements, or None when some part does not fit the form."""
+        if isinstance(s, ir.Seq):
+            out: list[str] = []
+            for x in s.stmts:
+                part = self._statements(x, lane, start, lanes, vlets, pad)
+                if part is None:
+                    return None
+                out += part
+            return out
+        if isinstance(s, ir.Let):
+            dtype = self.dtype(s.value)
+            if not self._varies(s.value, lane, vlets):
+                line = f"{pad}const {self.ctype(dtype)} {s.var} = {self.expr(s.value)};"
+            elif dtype in ir.FLOAT_DTYPES and self._vector_ok(s.value, lane, dtype, vlets):
+                vt = self.vector_type(dtype, lanes)
+                line = f"{pad}const {vt} {s.var} = {self._vexpr(s.value, lane, start, vt, vlets)};"
+                vlets = {**vlets, s.var: dtype}
+            else:
+                return None
+            rest = self._statements(s.body, lane, start, lanes, vlets, pad)
+            return None if rest is None else self.flush(pad) + [line] + rest
+        if isinstance(s, ir.Store):
+            dtype = self.dtypes.get(s.buffer)
+            if (dtype not in ir.FLOAT_DTYPES or not self._contiguous(s.index, lane)
+                    or any(n in vlets for i in s.index for n in _names(i))
+                    or not self._vector_ok(s.value, lane, dtype, vlets)):  # type: ignore[arg-type]
+                return None
+            vt = self.vector_type(dtype, lanes)  # type: ignore[arg-type]
+            index = tuple(ir.substitute(i, {lane: start}) for i in s.index)
+            target = self._pointer(s.buffer, vt, index)  # type: ignore[arg-type]
+            value = self._vexpr(s.value, lane, start, vt, vlets)
+            if not self._varies(s.value, lane, vlets):
+                value = f"(({vt})({value}))"
+            return self.flush(pad) + [f"{pad}{target} = {value};"]
+        return None
+
+    def loop(self, s: ir.For, depth: int) -> list[str]:
+        start, stop = ir.const_int(s.start), ir.const_int(s.stop)
+        if s.kind != "vectorized" or start is None or stop is None or stop - start not in VECTOR_TRIPS:
+            return super().loop(s, depth)
+        pad = "  " * depth
+        saved = list(self.pre)
+        body = self._statements(s.body, s.var, ir.Const(start, ir.INT), stop - start, {}, pad + "  ")
+        if body is None:
+            self.pre = saved
+            return super().loop(s, depth)
+        return [f"{pad}{{"] + body + [f"{pad}}}"]
+
+
+def render(program: ir.Program, min_vector_bits: int = 0) -> str:
+    """OpenCL C for ``program``: the core renderer in the ``opencl`` dialect, with vector
+    statements for vectorizable ``vectorized`` loops (:class:`_VectorRenderer`)."""
+    r = _VectorRenderer(program, get_dialect("opencl"))
+    r.min_vector_bits = min_vector_bits
+    return r.render()
