@@ -33,7 +33,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cortex.bench.environment import host, versions
+if __package__ in (None, ""):  # run as a script from a checkout: make `benchmarks` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.common import pyplot, save_figure  # noqa: E402
+from cortex.bench.environment import host, versions  # noqa: E402
 
 ARMS = {"random": ("random", False), "model": ("model", False), "model+default": ("model", True)}
 
@@ -80,12 +84,8 @@ def summarize(runs: list[dict], trials: int) -> dict:
 
 
 def plot(result: dict, path: str) -> str:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return "matplotlib is not installed: no plot"
     models = list(result["models"])
     fig, axes = plt.subplots(1, len(models), figsize=(6 * len(models), 4), squeeze=False)
@@ -100,9 +100,7 @@ def plot(result: dict, path: str) -> str:
         ax.set_xlabel("measured trials")
         ax.set_ylabel("best speedup over the default schedule")
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    return path
+    return save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -33,7 +33,6 @@ measured and valid, distinct programs, the best speedup the search saw, the veri
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -43,6 +42,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script from a checkout: make `cortex` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.common import pyplot, save_figure  # noqa: E402
 from cortex.bench.contenders import ContenderSpec  # noqa: E402
 from cortex.bench.options import BenchOptions  # noqa: E402
 from cortex.bench.run import Runner  # noqa: E402
@@ -141,12 +141,8 @@ def summarize(doc: dict[str, Any], tuning: list[dict[str, Any]], targets: list[s
 
 
 def plot(rows: list[dict[str, Any]], path: str) -> str:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return "matplotlib is not installed: no plot"
     batches = sorted({r["batch"] for r in rows})
     fig, axes = plt.subplots(len(batches), 1, figsize=(12, 3.6 * len(batches)), squeeze=False)
@@ -163,9 +159,7 @@ def plot(rows: list[dict[str, Any]], path: str) -> str:
         ax.set_ylabel("speed vs the best peer\n(best peer ms / ours)")
         ax.set_title(f"batch {b}")
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    return path
+    return save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:
