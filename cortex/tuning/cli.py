@@ -64,6 +64,8 @@ def load_model(spec: str) -> Any:
 
 
 def add_parser(commands: Any) -> None:
+    from cortex.tuning.tuner import HOLD
+
     p = commands.add_parser("tune", help="tune a model's schedule on a workload and store it; "
                             "list, export or import tuning records",
                             description="\n\n".join(__doc__.split("\n\n")[2:]),
@@ -85,6 +87,9 @@ def add_parser(commands: Any) -> None:
     p.add_argument("--shape", default="parse", choices=("parse", "balanced", "chain", "dag", "grid"))
     p.add_argument("--batches", type=int, default=3, help="batches in the workload (3)")
     p.add_argument("--no-resume", action="store_true", help="ignore earlier trials of this key")
+    p.add_argument("--hold", default=",".join(HOLD), metavar="KNOB,..",
+                   help="knobs kept at their default rule's value (default: %(default)s; '' searches "
+                        "every knob)")
     p.add_argument("--in-process", action="store_true",
                    help="measure in this process (no worker, no timeouts)")
     p.add_argument("--db", help="records database (default: $CORTEX_TUNE_DB or the cache dir)")
@@ -137,7 +142,8 @@ def run(args: argparse.Namespace) -> int:
     result = cortex.tune(model, args.target, workload=spec, dtype=args.dtype,
                          budget=Budget(trials=args.budget_trials, seconds=args.budget_seconds),
                          method=args.method, seed=args.seed, resume=not args.no_resume,
-                         db=store.path, isolate=not args.in_process, **options)
+                         db=store.path, isolate=not args.in_process,
+                         hold=tuple(k.strip() for k in args.hold.split(",") if k.strip()), **options)
     if args.out and result.record is not None:
         store.export_jsonl(args.out, [result.record])
     if args.json:

@@ -16,8 +16,9 @@ offers, layout knobs and loop knobs jointly — and learns from each measured ba
   the batch is mutants of the default (and one random schedule), so the search starts around
   the hand-written rules; without it, the first batch is random.
 
-Both skip schedules already measured (in this session or a resumed one). Knob values are
-taken from the space, never named here.
+Both skip schedules already measured (in this session or a resumed one), and both keep the
+``held`` knobs (the tuner's ``hold``) at the values given. Knob values are taken from the
+space, never named here.
 """
 
 from __future__ import annotations
@@ -48,10 +49,19 @@ def schedule_key(schedule: Schedule | dict[str, Any]) -> str:
 class RandomProposer:
     """Uniform random legal schedules not measured yet."""
 
-    def __init__(self, space: ScheduleSpace, rng: np.random.Generator) -> None:
+    def __init__(self, space: ScheduleSpace, rng: np.random.Generator,
+                 held: dict[str, Any] | None = None) -> None:
         self.space = space
         self.rng = rng
+        self.held = dict(held or {})
         self.measured: set[str] = set()
+
+    def _hold(self, s: Schedule) -> Schedule | None:
+        """``s`` with the held knobs at their values (None when that is not legal)."""
+        if not self.held:
+            return s
+        s = replace(s, **self.held)
+        return None if self.space.problems(s) else s
 
     def observe(self, trials: Sequence[Trial], features: Sequence[float], own: bool = True) -> None:
         """Note ``trials``: measured on this workload class (``own``) or another one."""
@@ -63,7 +73,7 @@ class RandomProposer:
         for _ in range(50):
             if len(out) >= n:
                 break
-            for s in self.space.sample(self.rng, max(8, 2 * n)):
+            for s in filter(None, map(self._hold, self.space.sample(self.rng, max(8, 2 * n)))):
                 k = schedule_key(s)
                 if k not in taken and len(out) < n:
                     taken.add(k)
@@ -78,17 +88,17 @@ class ModelProposer(RandomProposer):
     """Cost-model-guided proposals (see the module docstring)."""
 
     def __init__(self, space: ScheduleSpace, rng: np.random.Generator, features: Sequence[float],
-                 *, from_default: bool = True, seed: int = 0) -> None:
+                 *, from_default: bool = True, seed: int = 0, held: dict[str, Any] | None = None) -> None:
         from cortex.tuning.cost_model import CostModel, Encoder
 
-        super().__init__(space, rng)
+        super().__init__(space, rng, held)
         self.encoder = Encoder(space.knobs, space.default().to_dict())
         self.features = tuple(features)
         self.model = CostModel(seed=seed)
         self._rows: list[np.ndarray] = []
         self._y: list[float | None] = []  # log ratio; None = failed
         self._own: list[tuple[float, Schedule]] = []  # (log ratio, schedule) of this workload
-        self._knobs = [k for k in space.knobs if len(k.choices) > 1]
+        self._knobs = [k for k in space.knobs if len(k.choices) > 1 and k.name not in self.held]
         if from_default:
             self._add(space.default().to_dict(), 0.0, self.features, True)
 
@@ -127,8 +137,8 @@ class ModelProposer(RandomProposer):
                 k = self._knobs[int(i)]
                 others = [c for c in k.choices if c != getattr(parent, k.name)]
                 changes[k.name] = others[int(self.rng.integers(len(others)))]
-            child = replace(parent, **changes)
-            if not self.space.problems(child):
+            child = self._hold(replace(parent, **changes))
+            if child is not None and not self.space.problems(child):
                 out.append(child)
         return out
 
@@ -173,10 +183,10 @@ class ModelProposer(RandomProposer):
 
 
 def make_proposer(method: str, space: ScheduleSpace, seed: int, features: Sequence[float],
-                  from_default: bool) -> RandomProposer:
+                  from_default: bool, held: dict[str, Any] | None = None) -> RandomProposer:
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     rng = np.random.default_rng(seed)
     if method == "random":
-        return RandomProposer(space, rng)
-    return ModelProposer(space, rng, features, from_default=from_default, seed=seed)
+        return RandomProposer(space, rng, held)
+    return ModelProposer(space, rng, features, from_default=from_default, seed=seed, held=held)

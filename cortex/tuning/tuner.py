@@ -30,7 +30,7 @@ import time
 import uuid
 import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -47,6 +47,12 @@ ELITES = 3  # candidates kept compiled for the final check
 MIN_GAIN = 0.02  # the winner must be this much faster than the default to be stored as such
 BATCH = 8  # candidates proposed, compiled and timed together
 MAX_PROPOSALS = 4  # stop after this many candidates per budgeted trial (most were duplicates)
+# Knobs a session keeps at their default rule's value unless ``hold=`` says otherwise: the
+# worker threads of a CPU target are a deployment decision (the cores the process may use), and
+# their best value depends on what else runs on the machine while the session measures — on a
+# busy machine one thread beats two in the tuner's rounds and loses on the same machine when
+# it is quiet, so a record would store the load of the hour, not the model's schedule.
+HOLD = ("threads",)
 
 
 @dataclass(frozen=True)
@@ -103,7 +109,7 @@ def tune(model: Any, target: str = "llvm", *, workload: Any = None, budget: Budg
          dtype: str | None = None, method: str = "model", seed: int = 0, resume: bool = True,
          store: bool = True, db: Any = None, isolate: bool = True, progress: bool = True,
          from_default: bool = True, compile_timeout: float | None = None,
-         **options: Any) -> TuneResult:
+         hold: Sequence[str] = HOLD, **options: Any) -> TuneResult:
     """Tune ``model``'s schedule for ``target`` on ``workload`` and store the winner.
 
     ``workload``: None (a synthetic :class:`~cortex.tuning.workload.WorkloadSpec`), a
@@ -113,7 +119,9 @@ def tune(model: Any, target: str = "llvm", *, workload: Any = None, budget: Budg
     (cost-model-guided) or ``"random"``. ``db``: the records database (default:
     ``cortex.tuning.records.db_path()``). ``isolate``: measure in a worker process with
     timeouts; ``compile_timeout``: seconds a candidate's compile and check may take there
-    (default: max(10 s, 4x the default schedule's compile)). ``options``: the compile options
+    (default: max(10 s, 4x the default schedule's compile)). ``hold``: knobs kept at their
+    default rule's value (default :data:`HOLD`: the threads; ``()`` searches every knob).
+    ``options``: the compile options
     (``passes``, ``max_table_mib``) and the target's own options, as for ``cortex.compile``.
     """
     from cortex.core.api import resolve_target
@@ -121,7 +129,12 @@ def tune(model: Any, target: str = "llvm", *, workload: Any = None, budget: Budg
     from cortex.tuning.measure import reference_states
     from cortex.tuning.worker import open_measurer
 
+    from cortex.core.lowering.schedule import KNOB_NAMES
+
     t0 = time.perf_counter()
+    unknown = sorted(set(hold) - set(KNOB_NAMES))
+    if isinstance(hold, str) or unknown:
+        raise ValueError(f"hold must be a sequence of knob names from {list(KNOB_NAMES)}, got {hold!r}")
     budget = Budget(trials=budget) if isinstance(budget, int) else (budget or Budget())
     shared, own = split_options(options)
     banned = sorted(set(shared) & {"dtype", "schedule", "dump", "workload"})
@@ -142,7 +155,7 @@ def tune(model: Any, target: str = "llvm", *, workload: Any = None, budget: Budg
     try:
         session = _Session(measurer, wl, resolved.name, dtype, method, seed, from_default,
                            RecordStore(db) if db is not None or store or resume else None,
-                           store, budget, t0, progress, model.name, compile_timeout)
+                           store, budget, t0, progress, model.name, compile_timeout, tuple(hold))
         return session.run(resume)
     finally:
         measurer.close()
@@ -153,7 +166,8 @@ class _Session:
 
     def __init__(self, measurer: Any, wl: Workload, target: str, dtype: str, method: str, seed: int,
                  from_default: bool, db: RecordStore | None, store: bool, budget: Budget,
-                 t0: float, progress: bool, model_name: str, compile_timeout: float | None) -> None:
+                 t0: float, progress: bool, model_name: str, compile_timeout: float | None,
+                 hold: tuple[str, ...] = ()) -> None:
         info = measurer.info
         if info.graph_fingerprint is None:
             raise ValueError("cannot tune a compile whose graph passes include one without an "
@@ -166,7 +180,9 @@ class _Session:
         self.key = RecordKey(info.graph_fingerprint, target, info.device_fingerprint, dtype,
                              wl.workload_class)
         self.features = tuple(wl.stats.features())
-        self.proposer = make_proposer(method, self.space, seed, self.features, from_default)
+        default = self.space.default()
+        self.held = {k: getattr(default, k) for k in hold}
+        self.proposer = make_proposer(method, self.space, seed, self.features, from_default, self.held)
         self.session = uuid.uuid4().hex[:12]
         self.trials: list[Trial] = []
         self.curve: list[float] = []
@@ -308,7 +324,11 @@ class _Session:
 
     def _verify(self) -> tuple[dict[str, Any] | None, float, float]:
         """Time the best few again against the default: (winner's knobs or None, ratio, s)."""
-        ranked = sorted((t for t in self.history + self.trials if t.ok and t.ratio and t.ratio < 1.0),
+        # measured ones only: a candidate that lowered to a program measured before is that
+        # program again, and would take a finalist's place without being another candidate
+        ranked = sorted((t for t in self.history + self.trials
+                         if t.measured and t.ok and t.ratio and t.ratio < 1.0
+                         and all(t.schedule.get(k) == v for k, v in self.held.items())),
                         key=lambda t: t.ratio)
         chosen: dict[str, dict[str, Any]] = {}
         search_ratio: dict[str, float] = {}

@@ -46,10 +46,12 @@ def test_tune_stores_a_record_that_compile_then_uses(db: Path) -> None:
     cls = Workload.from_spec(model, SMALL).workload_class
     assert result.key.workload == cls and result.key.target == "llvm"
     assert result.curve == sorted(result.curve) and len(result.curve) == 6
+    threads = cortex.compile(model, target="llvm", schedule="default").schedule.threads
+    assert {t.schedule["threads"] for t in result.trials} == {threads}  # held (tuner.HOLD)
     assert result.record is not None and result.record.id == 1
     assert result.speedup >= 1.0
     # the finalists: the best candidates faster than the default in the search, timed again
-    faster = sorted(t.ratio for t in measured if t.ok and t.ratio < 1.0)
+    faster = sorted(t.ratio for t in measured if t.ok and t.ratio < 1.0)  # no program twice
     assert [c["search_ratio"] for c in result.final_check] == faster[:3]
     verified = [c["verified_ratio"] for c in result.final_check if c["verified_ratio"]]
     assert result.speedup == 1.0 or result.speedup == pytest.approx(1 / min(verified))
@@ -75,6 +77,8 @@ def test_tune_validates_its_arguments() -> None:
     with pytest.raises(ValueError, match="method"):
         cortex.tune(model, "llvm", workload=SMALL, budget=1, method="annealing", isolate=False,
                     store=False, resume=False, progress=False)
+    with pytest.raises(ValueError, match="hold must be"):
+        cortex.tune(model, "llvm", workload=SMALL, hold=("thread",), store=False)
     with pytest.raises(ValueError, match="Budget.trials"):
         Budget(trials=0)
     with pytest.raises(TypeError, match="workload must be"):

@@ -120,6 +120,18 @@ def test_proposers_give_legal_unmeasured_schedules() -> None:
         make_proposer("annealing", space, 0, (), True)
 
 
+def test_proposers_keep_held_knobs() -> None:
+    space = ScheduleSpace(CPU, "float32")
+    assert len(space.knob("threads").choices) > 1
+    for method in ("random", "model"):
+        p = make_proposer(method, space, seed=1, features=(1.0,), from_default=True, held={"threads": 2})
+        for _ in range(3):
+            batch = p.propose(8)
+            assert len(batch) == 8 and {s.threads for s in batch} == {2}
+            assert all(not space.problems(s) for s in batch)
+            p.observe(_trials(space, batch, lambda s: 1 + s.unroll), (1.0,))
+
+
 def test_the_model_guided_search_finds_a_planted_optimum_sooner_than_random() -> None:
     """On a synthetic cost (no compiling): the fastest schedules have three knobs right."""
     space = ScheduleSpace(CPU, "float32")
