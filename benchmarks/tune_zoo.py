@@ -9,7 +9,7 @@ Pipeline position: outside the pipeline; a front end of :func:`cortex.tune` and 
    ``--tokens``, drawn with other seeds than the timed points), with the default budget
    (``Budget()``: 64 trials, 150 s; ``--opencl-trials`` caps the trials of the OpenCL target,
    whose compiles take seconds each). The records go to a fresh database (``CORTEX_TUNE_DB``,
-   in the output folder), so nothing a machine tuned before takes part.
+   in ``--work``: a temporary folder by default), so nothing a machine tuned before takes part.
 2. **Benchmark.** ``cortex bench``'s runner with, per target, two contenders, ``T-default``
    (``schedule="default"``) and ``T-tuned`` (``schedule="auto"`` with ``workload=`` the tuned
    class: the compile reads the record as a user's compile would; its ``schedule_source`` is in
@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -178,13 +179,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tune-seconds", type=float, default=0, help="time budget (0: the default)")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--peers", default=None, help="peers or families (default: every installed one)")
-    p.add_argument("--out", required=True, help="JSON file; the records database goes beside it")
+    p.add_argument("--out", required=True, help="JSON file")
+    p.add_argument("--work", help="folder for the records database and the workers' logs "
+                   "(default: a new temporary folder)")
     p.add_argument("--plot", help="PNG file (needs matplotlib)")
     args = p.parse_args(argv)
 
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    db = out.with_suffix(".records.sqlite")
+    work = Path(args.work or tempfile.mkdtemp(prefix="tune-zoo-"))
+    work.mkdir(parents=True, exist_ok=True)
+    db = work / "records.sqlite"
     db.unlink(missing_ok=True)
     os.environ["CORTEX_TUNE_DB"] = str(db)  # the bench workers inherit it
     from cortex.bench import environment
@@ -205,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     opts = BenchOptions(models=tuple(models), targets=tuple(targets), peers=peers,
                         batches=tuple(int(b) for b in args.batches.split(",")), hiddens=(args.hidden,),
                         tokens=(args.tokens,), vocab=args.vocab, seed=args.seed, rounds=args.rounds,
-                        timing=Timing(), out=out.parent / (out.stem + "-bench"))
+                        timing=Timing(), out=work / "bench")
     t1 = time.perf_counter()
     doc = TunedRunner(opts, lambda msg: print(msg, file=sys.stderr, flush=True), classes).run()
     rows = summarize(doc, tuning, targets)
