@@ -23,3 +23,22 @@ def write_json(doc: dict, out: str) -> None:
         write_file(doc, Path(out))
     else:
         print(json.dumps(doc, indent=1))
+
+
+def pyplot():
+    """``matplotlib.pyplot`` drawing to files (the Agg backend), or None without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    return plt
+
+
+def save_figure(fig, path: str) -> str:
+    """``fig`` laid out and written to ``path`` (PNG at 120 dpi); returns ``path``."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return path

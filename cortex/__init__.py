@@ -11,6 +11,9 @@ Public API:
 * :func:`load` — ``cortex.load(path)`` reads what ``exe.save(path)`` or ``model.save(path)``
   wrote (``cortex.core.persist``)
 * :class:`DiskCache` — the on-disk artifact cache, for plugins (``cortex.core.diskcache``)
+* :func:`tune` — ``cortex.tune(model, target, workload=..., budget=...)`` searches the schedule
+  space and stores the winner as a tuning record, which ``cortex.compile`` then uses
+  (``cortex.tuning``, ``docs/tuning.md``)
 * :data:`hookimpl` — the marker for plugin hook implementations (see ``docs/plugins.md``)
 * :class:`Target`, :class:`TargetOption`, :class:`Availability` — what a plugin registers
 * :class:`Backend`, :class:`Renderer`, :class:`Compiler`, :class:`Runtime` — the backend contract
@@ -45,6 +48,7 @@ _LAZY = {
     "Runtime": "cortex.core.plugin.backend",
     "HostRuntime": "cortex.core.plugin.backend",
     "trace": "cortex.core.frontend.trace",
+    "tune": "cortex.tuning.tuner",
     "Schedule": "cortex.core.lowering.schedule",
     "ScheduleSpace": "cortex.core.lowering.schedule",
     "ScheduleError": "cortex.core.lowering.schedule",
@@ -90,4 +94,5 @@ __all__ = [
     "load",
     "resolve_target",
     "trace",
+    "tune",
 ]

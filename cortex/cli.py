@@ -10,6 +10,7 @@ GPU) and the plugin environment switches. ``cortex info --json`` prints the same
 ``cortex cache`` shows the compile cache (``cortex.core.diskcache``: its directory and each
 namespace's entries); ``--clear`` empties it. ``cortex run`` runs a model over a corpus on Ray
 (``cortex/distributed/command.py``, ``docs/distributed.md``).
+``cortex tune`` tunes a model's schedule and manages the tuning records (``cortex.tuning.cli``).
 """
 
 from __future__ import annotations
@@ -183,6 +184,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     cache = commands.add_parser("cache", help="the compile cache: where it is, what it holds")
     cache.add_argument("--clear", action="store_true", help="delete every entry")
     cache.add_argument("--json", action="store_true", help="print JSON instead of text")
+    from cortex.tuning import cli as tune_cli
+
+    tune_cli.add_parser(commands)
+
     from cortex.distributed.command import add_run_parser
 
     add_run_parser(commands)
@@ -214,6 +219,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         found = report(clear=args.clear)
         print(json.dumps(found, indent=2) if args.json else format_cache(found))
         return 0
+    if args.command == "tune":
+        return tune_cli.run(args)
     data = collect_info()
     print(json.dumps(data, indent=2, default=repr) if args.json else format_info(data))
     return 0

@@ -5,14 +5,18 @@ temporary plugin distributions.
 plugin environment switches, so tests that register plugins or set switches cannot leak into
 others. ``make_distribution`` writes a real installed-distribution layout (a module plus a
 ``*.dist-info`` folder with ``METADATA`` and ``entry_points.txt``) into a temporary folder on
-``sys.path``, which ``importlib.metadata`` discovers like any pip-installed plugin.
+``sys.path``, which ``importlib.metadata`` discovers like any pip-installed plugin. Every test
+session gets its own empty tuning-records database (``CORTEX_TUNE_DB``), so compiles take the
+default rules whatever this machine has tuned.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import Callable
 
@@ -39,6 +43,9 @@ def private_cache_dir(tmp_path_factory: pytest.TempPathFactory):
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # Compiles read tuning records by default (schedule="auto"): every test gets an empty,
+    # private records database, so no record on this machine changes what a test compiles.
+    os.environ["CORTEX_TUNE_DB"] = str(Path(tempfile.mkdtemp(prefix="cortex-tune-")) / "records.sqlite")
     config.addinivalue_line(
         "markers",
         "hook(name): the test exercises the plugin hook spec `name` "

@@ -37,6 +37,12 @@ class ContenderSpec:
     threads: int = 0  # 0: every usable CPU
     compile_options: tuple[tuple[str, Any], ...] = ()  # Cortex: extra cortex.compile options
     variants: bool = False  # Cortex: time call_uncached and run_prelinearized too
+    label: str = ""  # its name in the results (default: ``name``): two contenders of one target
+
+    @property
+    def key(self) -> str:
+        """The contender's name in the results, and its worker's."""
+        return self.label or self.name
 
 
 @dataclass
@@ -156,7 +162,8 @@ def _build_cortex(spec: ContenderSpec, group: GroupKey, points: list[Point]) -> 
         status = "unavailable" if isinstance(exc, cortex.NotYetImplementedError) else "error"
         return Built(status, _error(exc))
     built = Built(info={"compile_s": time.perf_counter() - t0, "compile_cache": "off (cold)",
-                        "compile_options": options, **_program_info(exe)})
+                        "compile_options": options, "schedule_source": exe.schedule_source,
+                        **_program_info(exe)})
     built.keep.append(exe)
     for point in points:
         inputs = _inputs(group, model, point)

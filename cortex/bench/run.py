@@ -149,9 +149,9 @@ class Runner:
         return out
 
     def setup(self, spec: ContenderSpec, group: GroupKey, refs: list[Reference]) -> None:
-        label = spec.name
+        label = spec.key
         pts = [(r.tokens, r.batch) for r in refs]
-        self.log(f"  {spec.kind} {spec.name}: building for {len(pts)} point(s)")
+        self.log(f"  {spec.kind} {spec.key}: building for {len(pts)} point(s)")
         try:
             res = self.host(label).request("setup", SETUP_TIMEOUT_S, spec=spec, group=group, points=pts)
         except WorkerError as exc:
@@ -160,6 +160,7 @@ class Runner:
             self.workers[label]["threads"] = res["threads"]
         if spec.kind == "cortex":
             self.compiles.append({"model": group.model, "hidden": group.hidden, "target": spec.name,
+                                  "contender": spec.key,
                                   "status": res["status"], "reason": res["reason"], **res["info"]})
             device = {"cuda": "cuda", "opencl": "opencl"}.get(spec.name, "cpu")
         else:
@@ -167,7 +168,7 @@ class Runner:
             device = peer.device if peer else "cpu"
         for ref in refs:
             pt = (ref.tokens, ref.batch)
-            case = Case(group, pt, spec.kind, spec.name, device, label)
+            case = Case(group, pt, spec.kind, spec.key, device, label)
             self.cases.append(case)
             if res["status"] != "ok":
                 case.status, case.reason = res["status"], res["reason"]
@@ -223,7 +224,7 @@ class Runner:
             self.log(f"  round {r + 1}/{self.opts.rounds}")
             self.measure_round(r, live, points)
         for c in specs:
-            h = self.hosts.get(c.name)
+            h = self.hosts.get(c.key)
             if h is not None:
                 try:
                     h.request("drop", SETUP_TIMEOUT_S)

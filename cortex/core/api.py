@@ -12,9 +12,11 @@ compiled and inspected (``dump=`` writes every stage), and what the conformance 
 compile-only part uses.
 
 Compile options: every target accepts the shared options ``dtype`` (``"float32"`` or
-``"float64"``; default: the model's), ``schedule`` (a ``Schedule``, a dict of knobs over the
-target's default, or its JSON), ``dump`` (a directory: every stage's IR and the rendered source
-are written there) and ``passes`` (the graph passes to run; default ``DEFAULT_PASSES``) — see
+``"float64"``; default: the model's), ``schedule`` (``"auto"``, the default: the matching
+tuning record's schedule, else the target's default; ``"default"``; a ``Schedule``, a dict of
+knobs over the target's default, or its JSON), ``workload`` (the workload class whose tuning
+record ``"auto"`` prefers), ``dump`` (a directory: every stage's IR and the rendered source are
+written there) and ``passes`` (the graph passes to run; default ``DEFAULT_PASSES``) — see
 ``cortex.core.pipeline``. Every other option is the target's own (``cortex info`` lists them).
 
 Plugins are loaded here on first use, not when ``cortex`` is imported.

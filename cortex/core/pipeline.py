@@ -29,12 +29,20 @@ the backends keep what they compile there too (:mod:`cortex.core.diskcache`); :f
 records every entry it read or wrote, with the recipe (:mod:`cortex.core.persist`), so the
 executable can be saved and pickled.
 
-The schedule is the target's ``ScheduleSpace(capabilities, dtype).default()`` unless the user
-gives ``schedule=`` (a :class:`~cortex.core.lowering.schedule.Schedule`, a dict of knobs overriding the
-default, or its JSON). The *unscheduled* program of stage 03 is the same lowering with every
-loop-shaping knob at its neutral value (no tiling, scalar, no unrolling, row-major weights and state, not
-persistent; the structural knobs ``kernel_form``, ``leaf_specialization``, ``fuse``,
-``parallel`` and ``threads`` kept), so the diff 03 -> 04 shows what the schedule did.
+The schedule (``schedule=``) is ``"auto"`` by default: the best matching tuning record's
+(``cortex.tuning.records.auto_schedule``: the same traced graph, graph passes and table limit,
+target, device and dtype; the workload class named by ``workload=``, else the nearest or the
+newest), else the target's ``ScheduleSpace(capabilities, dtype).default()``. ``"default"``
+takes the default rules without reading any record; a
+:class:`~cortex.core.lowering.schedule.Schedule`, a dict of knobs overriding the default, or its
+JSON is used as given. The executable's ``schedule_source`` says which it was and why, and its
+recipe (what saving it keeps) holds the schedule as compiled, so a loaded executable runs the
+same program whatever records the loading machine has.
+
+The *unscheduled* program of stage 03 is the same lowering with every loop-shaping knob at
+its neutral value (no tiling, scalar, no unrolling, row-major weights and state, no
+refactoring or recursive unrolling, not persistent; the structural knobs ``kernel_form``, ``leaf_specialization``, ``fuse``, ``parallel`` and
+``threads`` kept), so the diff 03 -> 04 shows what the schedule did.
 
 The compile options every target accepts are :class:`CompileOptions` (validated here with the
 same :class:`~cortex.core.errors.InvalidOptionError` as a target's own options); a target's
@@ -67,7 +75,9 @@ if TYPE_CHECKING:
 GraphPass = Callable[["RecursiveGraph"], "RecursiveGraph"]
 
 #: Options every target accepts, handled by the core, never passed to a target's backend.
-SHARED_OPTIONS = ("dtype", "schedule", "dump", "passes", "max_table_mib")
+SHARED_OPTIONS = ("dtype", "schedule", "dump", "passes", "max_table_mib", "workload")
+#: The ``schedule=`` words: read the tuning records (the default), or the default rules only.
+SCHEDULE_WORDS = ("auto", "default")
 #: The default ``max_table_mib`` where the token tables are filled on use (a host runtime); a
 #: device, which gets them whole at compile time, keeps the table passes' own default (2**24
 #: entries: 64 MiB in float32). 128 MiB lets in the level-1 tables of a TreeLSTM with vocab 20000
@@ -88,26 +98,31 @@ SOURCE_EXTENSIONS = {"c": ".c", "opencl": ".cl", "cuda": ".cu", "": ".txt"}
 
 _ALLOWED = {
     "dtype": "one of 'float32', 'float64'",
-    "schedule": "a cortex.core.lowering.schedule.Schedule, a dict of schedule knobs, or its JSON text",
+    "schedule": "'auto' (a tuning record, else the default rules), 'default' (the default "
+                "rules), a cortex.core.lowering.schedule.Schedule, a dict of schedule knobs, or "
+                "its JSON text",
     "dump": "a directory path (str or os.PathLike)",
     "passes": "a list of graph passes: functions RecursiveGraph -> RecursiveGraph or names "
               "from cortex.core.passes.pipeline.ALL_PASSES",
     "max_table_mib": "a positive number: the largest table (MiB, in the compile dtype) a pass "
                      "may precompute; default 128 where tables are filled on use (CPU targets), "
                      "else 2**24 entries (64 MiB in float32)",
+    "workload": "a workload class such as 'b8-n32-parse' (cortex.tune): the tuning record "
+                "schedule='auto' prefers",
 }
 
 
 @dataclass(frozen=True)
 class CompileOptions:
     """The validated shared options. ``dtype=None`` means the model's own dtype;
-    ``schedule=None`` the target's default; ``passes=None`` ``DEFAULT_PASSES``."""
+    ``schedule=None`` is ``"auto"``; ``passes=None`` ``DEFAULT_PASSES``."""
 
     dtype: str | None = None
-    schedule: Any = None  # Schedule | dict of knobs | None
+    schedule: Any = None  # "auto" | "default" | Schedule | dict of knobs | None (= "auto")
     dump: Path | None = None
     passes: tuple[GraphPass, ...] | None = None
     max_table_mib: float | None = None  # None: the table passes' own default
+    workload: str | None = None  # the workload class schedule="auto" prefers
 
 
 def split_options(options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -142,7 +157,9 @@ def compile_options(target: str, options: Mapping[str, Any]) -> CompileOptions:
         out = replace(out, dtype=name)
     if options.get("schedule") is not None:
         value = options["schedule"]
-        if isinstance(value, str):
+        if isinstance(value, str) and value in SCHEDULE_WORDS:
+            pass
+        elif isinstance(value, str):
             try:
                 value = Schedule.from_json(value).to_dict()
             except ScheduleError as e:
@@ -153,7 +170,7 @@ def compile_options(target: str, options: Mapping[str, Any]) -> CompileOptions:
                 raise bad("schedule", value, f"knobs from {list(KNOB_NAMES)} (unknown knob "
                           f"{unknown_knobs[0]!r})")
             value = dict(value)
-        elif not isinstance(value, Schedule):
+        elif not (isinstance(value, Schedule) or value in SCHEDULE_WORDS):
             raise bad("schedule", value)
         out = replace(out, schedule=value)
     if options.get("dump") is not None:
@@ -168,6 +185,14 @@ def compile_options(target: str, options: Mapping[str, Any]) -> CompileOptions:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
             raise bad("max_table_mib", value)
         out = replace(out, max_table_mib=float(value))
+    if options.get("workload") is not None:
+        from cortex.tuning.workload_class import parse_class
+
+        try:
+            parse_class(options["workload"])
+        except ValueError as e:
+            raise bad("workload", options["workload"], f"{_ALLOWED['workload']} ({e})") from None
+        out = replace(out, workload=options["workload"])
     return out
 
 
@@ -192,12 +217,13 @@ def _resolve_passes(target: str, value: Any) -> tuple[GraphPass, ...]:
 
 def resolve_schedule(target: str, space: "ScheduleSpace", given: Any) -> tuple["Schedule", dict[str, str]]:
     """The schedule to compile with and where each knob's value came from: the space's
-    default rules, a knob dict over them, or a given Schedule — validated against the target's
-    space (InvalidOptionError otherwise). See ``ScheduleSpace.resolve``."""
+    default rules (for ``None``, ``"auto"`` and ``"default"``: the tuning records are read
+    later, see :func:`build_artifact`), a knob dict over them, or a given Schedule — validated
+    against the target's space (InvalidOptionError otherwise). See ``ScheduleSpace.resolve``."""
     from cortex.core.lowering.schedule import Schedule, ScheduleError
 
     try:
-        return space.resolve(given)
+        return space.resolve(None if given in SCHEDULE_WORDS else given)
     except ScheduleError as e:
         raise InvalidOptionError(target, "schedule", given.to_dict() if isinstance(given, Schedule)
                                  else given, f"a legal schedule for this target: {e}") from None
@@ -261,6 +287,8 @@ class Built:
     prepared: Mapping[str, np.ndarray] | None  # the prepared params; None when not asked for
     tables: "TokenTables | None" = None  # fills the prepared token tables' rows on first use
     snapshot: Mapping[str, np.ndarray] | None = None  # read-only copies of the model's params
+    schedule_source: str = ""  # which schedule this is and why (tuning record, default, given)
+    graph_fingerprint: str | None = None  # what tuning records of this compile are keyed by
 
 
 def build_artifact(model: Any, target: "Target", target_options: Mapping[str, Any],
@@ -281,6 +309,7 @@ def build_artifact(model: Any, target: "Target", target_options: Mapping[str, An
     from cortex.core.lowering.schedule import ScheduleError, ScheduleSpace
     from cortex.core.passes.pipeline import DEFAULT_PASSES, run_passes, with_table_limit
     from cortex.core.plugin.backend import HostRuntime
+    from cortex.tuning.fingerprint import graph_fingerprint
     dtype = options.dtype or model.dtype
     dump = _Dumper(options.dump)
 
@@ -302,9 +331,16 @@ def build_artifact(model: Any, target: "Target", target_options: Mapping[str, An
         raise InvalidOptionError(target.name, "dtype", dtype, f"a float type this target "
                                  f"supports ({e})") from None
     schedule, provenance = resolve_schedule(target.name, space, options.schedule)
+    auto = options.schedule is None or options.schedule == "auto"
+    source_of_schedule = ("default rules" if options.schedule == "default"
+                          else "given by the caller")
 
     traced = trace(model)
     dump.write("graph", traced)
+    fingerprint = graph_fingerprint(traced, given, table_elements)  # tuning records' key
+    if auto:
+        schedule, provenance, source_of_schedule = _recorded_schedule(
+            fingerprint, target, target_options, backend, space, options.workload)
     # a second process finds the passes' graph and the scheduled program in the disk cache
     lowered_key = stage_cache.lowered_key(traced, given, table_elements, schedule, caps, dtype, provenance)
     lowered = stage_cache.load_lowered(lowered_key)
@@ -317,7 +353,8 @@ def build_artifact(model: Any, target: "Target", target_options: Mapping[str, An
         dump.write("graph_passes", graph)
         options_doc = {
             "target": target.name, "target_options": dict(target_options), "dtype": dtype,
-            "schedule": schedule.to_dict(), "schedule_sources": provenance,
+            "schedule": schedule.to_dict(), "schedule_source": source_of_schedule,
+            "schedule_sources": provenance,
             "passes": [p.__name__ for p in passes],
             "max_table_mib": table_mib, "tables_filled_on_use": deferred,
         }
@@ -341,7 +378,19 @@ def build_artifact(model: Any, target: "Target", target_options: Mapping[str, An
     finally:
         if bound is not None:
             bound.join()  # never leave the worker running, whatever happened here
-    return Built(lowered, backend, source, key, artifact, prepared, tables, snapshot)
+    return Built(lowered, backend, source, key, artifact, prepared, tables, snapshot,
+                 source_of_schedule, fingerprint)
+
+
+def _recorded_schedule(fingerprint: str | None, target: "Target", target_options: Mapping[str, Any],
+                       backend: "Backend", space: "ScheduleSpace", workload: str | None
+                       ) -> tuple["Schedule", dict[str, str], str]:
+    """``schedule="auto"``: the best matching tuning record's schedule, else the default; with
+    where each knob came from and why (``cortex.tuning.records.auto_schedule``; reading the
+    records imports only sqlite3)."""
+    from cortex.tuning.records import auto_schedule
+
+    return auto_schedule(fingerprint, target.name, target_options, backend, space, workload)
 
 
 def _bind_and_snapshot(graph: "RecursiveGraph", params: Mapping[str, np.ndarray], dtype: str,
@@ -386,12 +435,15 @@ def build(model: Any, target: "Target", target_options: Mapping[str, Any],
     with diskcache.recording() as entries:
         b = build_artifact(model, target, target_options, options)
     snapshot = b.snapshot if b.snapshot is not None else params_snapshot(model.params)
+    if options.schedule is None or options.schedule == "auto":
+        options = replace(options, schedule=b.lowered.schedule)  # a loaded copy runs the same
     exe = Executable(target=target.name, options=target_options, lowered=b.lowered,
                      backend=b.backend, source=b.source, artifact=b.artifact,
                      cache_key=b.cache_key, params=model.params, model_name=model.name,
                      prepared=b.prepared, tables=b.tables,
                      recipe=recipe_of(model, target.name, target_options, options),
-                     snapshot=snapshot, cache_entries=tuple(entries))
+                     snapshot=snapshot, cache_entries=tuple(entries),
+                     schedule_source=b.schedule_source, graph_fingerprint=b.graph_fingerprint)
     model.__dict__.setdefault("_compiled", weakref.WeakSet()).add(exe)  # set_params warns
     return exe
 

@@ -176,7 +176,11 @@ def _node_inputs(rng: np.random.Generator, n: int, vocab: int | None, features: 
     return words, feats
 
 
-def _form(shape: Any, rng: np.random.Generator, vocab: int | None, features: int | None) -> Any:
+def structure_form(shape: Any, rng: np.random.Generator, vocab: int | None,
+                   features: int | None) -> Any:
+    """One structure in a user-facing form: ``shape`` is a children list (an
+    :class:`~cortex.core.linearize.EdgeList`), ``("sequence", length)`` or ``("grid", rows,
+    cols)``; random token ids below ``vocab`` or ``features``-sized feature vectors."""
     from cortex.core.linearize import EdgeList, Grid, Sequence
 
     if isinstance(shape, tuple) and shape[0] == "sequence":
@@ -205,4 +209,4 @@ def family(name: str, arity: int | None, *, vocab: int | None = None,
         batch = [s for p in parts if p is not None for s in p]
         order = rng.permutation(len(batch))
         return [batch[i] for i in order]
-    return [_form(shape, rng, vocab, features) for shape in _shapes(name, arity, rng)]
+    return [structure_form(shape, rng, vocab, features) for shape in _shapes(name, arity, rng)]

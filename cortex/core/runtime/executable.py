@@ -102,13 +102,16 @@ class Executable:
                  prepared: Mapping[str, np.ndarray] | None = None,
                  tables: "TokenTables | None" = None, recipe: "Recipe | None" = None,
                  snapshot: Mapping[str, np.ndarray] | None = None,
-                 cache_entries: tuple["Entry", ...] = ()) -> None:
+                 cache_entries: tuple["Entry", ...] = (), schedule_source: str = "",
+                 graph_fingerprint: str | None = None) -> None:
         """``prepared``: ``lowered.prepare_params(params)`` when the caller already made it
         (the pipeline does, in a thread overlapping the backend's compile); ``tables``: the
         filler of the token tables that ``prepared`` holds as zero pages (host runtimes only).
         ``recipe``, ``snapshot`` (read-only copies of ``params``) and ``cache_entries`` (what
         the compile read from or wrote to the disk cache) are what saving and pickling carry
-        (``cortex.core.persist``; the pipeline gives them)."""
+        (``cortex.core.persist``; the pipeline gives them). ``schedule_source``: which schedule
+        this is and why (a tuning record, the default rules, given by the caller);
+        ``graph_fingerprint``: the key of this model's tuning records (``cortex.tuning``)."""
         from cortex.core.pipeline import params_snapshot
 
         self.target = target
@@ -118,6 +121,8 @@ class Executable:
         self.source = source
         self.artifact = artifact
         self.cache_key = cache_key
+        self.schedule_source = schedule_source
+        self.graph_fingerprint = graph_fingerprint
         self.model_name = model_name or lowered.graph.name
         self.calls = 0
         self.recipe = recipe
@@ -204,8 +209,8 @@ class Executable:
 
     @property
     def notes(self) -> tuple[str, ...]:
-        """Every schedule knob with its value and where it came from ("user" or its default
-        rule), then what each knob did to the program."""
+        """Every schedule knob with its value and where it came from ("user", "tuning record N"
+        or its default rule), then what each knob did to the program."""
         return self.lowered.notes
 
     # ---- calls -----------------------------------------------------------------------------
