@@ -28,6 +28,7 @@ from cortex.core.api import compile, compile_only, resolve_target
 from cortex.core.errors import (
     CortexError,
     InvalidOptionError,
+    NonFiniteInputError,
     NotYetImplementedError,
     PluginError,
     PluginWarning,
@@ -75,6 +76,7 @@ __all__ = [
     "CortexError",
     "HostRuntime",
     "InvalidOptionError",
+    "NonFiniteInputError",
     "NotYetImplementedError",
     "PluginError",
     "PluginWarning",

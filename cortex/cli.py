@@ -29,6 +29,7 @@ SHARED_DEFAULTS = {
     "dump": "none",
     "passes": "cortex.core.passes.pipeline.DEFAULT_PASSES",
     "max_table_mib": "128 on CPU targets, 64 on a device",
+    "check_finite": "False",
 }
 
 

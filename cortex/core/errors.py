@@ -104,5 +104,10 @@ def int_arg(owner: str, name: str, value: object, *, minimum: int = 1,
     return v
 
 
+class NonFiniteInputError(InvalidArgumentError):
+    """A batch's input features hold NaN or an infinity and the executable was compiled with
+    ``check_finite=True`` (by default they propagate to the outputs, as in the reference)."""
+
+
 class NotYetImplementedError(CortexError, NotImplementedError):
     """A stage of the pipeline that a later piece of work provides; the message says which."""

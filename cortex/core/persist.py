@@ -77,7 +77,7 @@ class Recipe:
     model_name: str
     target: str
     target_options: Mapping[str, Any]
-    options: Mapping[str, Any] = field(default_factory=dict)  # dtype, schedule, passes, max_table_mib
+    options: Mapping[str, Any] = field(default_factory=dict)  # dtype, schedule, passes, max_table_mib, check_finite
     problem: str | None = None
 
     def compile_options(self) -> dict[str, Any]:
@@ -159,7 +159,7 @@ def recipe_of(model: "Model", target: str, target_options: Mapping[str, Any],
                 problem = problem or _importable_problem(p, "graph pass")
                 passes.append(class_path(p) if hasattr(p, "__qualname__") else repr(p))
     shared = {"dtype": options.dtype, "schedule": schedule, "passes": passes,
-              "max_table_mib": options.max_table_mib}
+              "max_table_mib": options.max_table_mib, "check_finite": options.check_finite or None}
     return Recipe(cls, settings, model.name, target, dict(target_options), shared, problem)
 
 

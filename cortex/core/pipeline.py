@@ -75,7 +75,7 @@ if TYPE_CHECKING:
 GraphPass = Callable[["RecursiveGraph"], "RecursiveGraph"]
 
 #: Options every target accepts, handled by the core, never passed to a target's backend.
-SHARED_OPTIONS = ("dtype", "schedule", "dump", "passes", "max_table_mib", "workload")
+SHARED_OPTIONS = ("dtype", "schedule", "dump", "passes", "max_table_mib", "workload", "check_finite")
 #: The ``schedule=`` words: read the tuning records (the default), or the default rules only.
 SCHEDULE_WORDS = ("auto", "default")
 #: The default ``max_table_mib`` where the token tables are filled on use (a host runtime); a
@@ -107,6 +107,8 @@ _ALLOWED = {
     "max_table_mib": "a positive number: the largest table (MiB, in the compile dtype) a pass "
                      "may precompute; default 128 where tables are filled on use (CPU targets), "
                      "else 2**24 entries (64 MiB in float32)",
+    "check_finite": "True or False: whether a call refuses input features that hold NaN or an "
+                    "infinity (NonFiniteInputError) instead of propagating them",
     "workload": "a workload class such as 'b8-n32-parse' (cortex.tune): the tuning record "
                 "schedule='auto' prefers",
 }
@@ -123,6 +125,7 @@ class CompileOptions:
     passes: tuple[GraphPass, ...] | None = None
     max_table_mib: float | None = None  # None: the table passes' own default
     workload: str | None = None  # the workload class schedule="auto" prefers
+    check_finite: bool = False  # calls refuse non-finite input features
 
 
 def split_options(options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -180,6 +183,10 @@ def compile_options(target: str, options: Mapping[str, Any]) -> CompileOptions:
         out = replace(out, dump=Path(value))
     if options.get("passes") is not None:
         out = replace(out, passes=_resolve_passes(target, options["passes"]))
+    if options.get("check_finite") is not None:
+        if not isinstance(options["check_finite"], (bool, np.bool_)):
+            raise bad("check_finite", options["check_finite"])
+        out = replace(out, check_finite=bool(options["check_finite"]))
     if options.get("max_table_mib") is not None:
         value = options["max_table_mib"]
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
@@ -443,7 +450,8 @@ def build(model: Any, target: "Target", target_options: Mapping[str, Any],
                      prepared=b.prepared, tables=b.tables,
                      recipe=recipe_of(model, target.name, target_options, options),
                      snapshot=snapshot, cache_entries=tuple(entries),
-                     schedule_source=b.schedule_source, graph_fingerprint=b.graph_fingerprint)
+                     schedule_source=b.schedule_source, graph_fingerprint=b.graph_fingerprint,
+                     check_finite=options.check_finite)
     model.__dict__.setdefault("_compiled", weakref.WeakSet()).add(exe)  # set_params warns
     return exe
 

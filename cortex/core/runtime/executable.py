@@ -103,7 +103,7 @@ class Executable:
                  tables: "TokenTables | None" = None, recipe: "Recipe | None" = None,
                  snapshot: Mapping[str, np.ndarray] | None = None,
                  cache_entries: tuple["Entry", ...] = (), schedule_source: str = "",
-                 graph_fingerprint: str | None = None) -> None:
+                 graph_fingerprint: str | None = None, check_finite: bool = False) -> None:
         """``prepared``: ``lowered.prepare_params(params)`` when the caller already made it
         (the pipeline does, in a thread overlapping the backend's compile); ``tables``: the
         filler of the token tables that ``prepared`` holds as zero pages (host runtimes only).
@@ -111,7 +111,8 @@ class Executable:
         the compile read from or wrote to the disk cache) are what saving and pickling carry
         (``cortex.core.persist``; the pipeline gives them). ``schedule_source``: which schedule
         this is and why (a tuning record, the default rules, given by the caller);
-        ``graph_fingerprint``: the key of this model's tuning records (``cortex.tuning``)."""
+        ``graph_fingerprint``: the key of this model's tuning records (``cortex.tuning``);
+        ``check_finite``: calls refuse input features holding NaN or an infinity."""
         from cortex.core.pipeline import params_snapshot
 
         self.target = target
@@ -123,6 +124,7 @@ class Executable:
         self.cache_key = cache_key
         self.schedule_source = schedule_source
         self.graph_fingerprint = graph_fingerprint
+        self.check_finite = bool(check_finite)
         self.model_name = model_name or lowered.graph.name
         self.calls = 0
         self.recipe = recipe
@@ -320,6 +322,8 @@ class Executable:
     def _run(self, batch: LinearizedBatch) -> Outputs:
         """The call on a batch whose invariants hold (sealed or validated): no check of them
         here, so this stays private; callers hold the lock."""
+        if self.check_finite and batch.features is not None:
+            _refuse_non_finite(batch)
         runtime = self.backend.runtime
         inputs, sizes = self.lowered.bind_batch(batch)
         if self._tables is not None and not self._tables.complete:
@@ -372,3 +376,19 @@ class Executable:
     def __repr__(self) -> str:
         return (f"Executable({self.model_name!r}, target={self.target!r}, dtype={self.dtype}, "
                 f"schedule={self.schedule.to_json()})")
+
+
+def _refuse_non_finite(batch: LinearizedBatch) -> None:
+    """:class:`~cortex.core.errors.NonFiniteInputError` naming the first node whose input
+    features hold NaN or an infinity (``check_finite=True``)."""
+    from cortex.core.errors import NonFiniteInputError
+
+    finite = np.isfinite(batch.features).all(axis=1)
+    if finite.all():
+        return
+    node = int(np.argmin(finite))
+    value = batch.features[node][~np.isfinite(batch.features[node])][0]
+    raise NonFiniteInputError(
+        f"the input features of node {node} (structure {int(batch.node_input[node])}) hold {value}: "
+        f"this executable was compiled with check_finite=True, which refuses NaN and infinities "
+        f"(compile without it to let them propagate to the outputs, as the reference does)")
