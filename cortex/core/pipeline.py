@@ -55,7 +55,7 @@ import json
 import os
 import threading
 import weakref
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
@@ -296,6 +296,7 @@ class Built:
     snapshot: Mapping[str, np.ndarray] | None = None  # read-only copies of the model's params
     schedule_source: str = ""  # which schedule this is and why (tuning record, default, given)
     graph_fingerprint: str | None = None  # what tuning records of this compile are keyed by
+    provenance: Mapping[str, str] = field(default_factory=dict)  # knob -> where its value came from
 
 
 def build_artifact(model: Any, target: "Target", target_options: Mapping[str, Any],
@@ -386,7 +387,16 @@ def build_artifact(model: Any, target: "Target", target_options: Mapping[str, An
         if bound is not None:
             bound.join()  # never leave the worker running, whatever happened here
     return Built(lowered, backend, source, key, artifact, prepared, tables, snapshot,
-                 source_of_schedule, fingerprint)
+                 source_of_schedule, fingerprint, dict(provenance))
+
+
+def recipe_schedule(schedule: "Schedule", provenance: Mapping[str, str]) -> dict[str, Any]:
+    """The knobs a saved executable keeps of a ``schedule="auto"`` compile: those a tuning record
+    set, so a loaded copy runs the same program whatever records the loading machine has. The
+    default rules' knobs are derived again where it loads (its cores, its device), and
+    ``threads`` is where it runs, not what it computes (a worker may run it with fewer)."""
+    return {k: v for k, v in schedule.to_dict().items()
+            if k != "threads" and not provenance.get(k, "default rule").startswith("default rule")}
 
 
 def _recorded_schedule(fingerprint: str | None, target: "Target", target_options: Mapping[str, Any],
@@ -443,7 +453,7 @@ def build(model: Any, target: "Target", target_options: Mapping[str, Any],
         b = build_artifact(model, target, target_options, options)
     snapshot = b.snapshot if b.snapshot is not None else params_snapshot(model.params)
     if options.schedule is None or options.schedule == "auto":
-        options = replace(options, schedule=b.lowered.schedule)  # a loaded copy runs the same
+        options = replace(options, schedule=recipe_schedule(b.lowered.schedule, b.provenance))
     exe = Executable(target=target.name, options=target_options, lowered=b.lowered,
                      backend=b.backend, source=b.source, artifact=b.artifact,
                      cache_key=b.cache_key, params=model.params, model_name=model.name,
