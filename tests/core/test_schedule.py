@@ -182,3 +182,18 @@ def test_schedules_are_frozen():
     with pytest.raises(AttributeError):
         s.unroll = 4  # type: ignore[misc]
     assert replace(s, unroll=4).unroll == 4
+
+
+def test_recursive_unrolling_keeps_a_nodes_hidden_units_on_one_work_item_without_a_grid():
+    """A unit's nodes run one after another; where a work-group's items would split a node's
+    hidden loops with no barrier between the nodes (a group barrier and no grid, as OpenCL on a
+    CPU), parallel hidden units are refused with the unrolling (they read rows still being
+    written: found by the tuner as wrong outputs on PoCL)."""
+    items = Capabilities(num_cores=2, vector_bits=256, group_barrier=True, max_threads_per_group=256)
+    sp = ScheduleSpace(items)
+    sp.with_knobs(recursive_unroll=2, parallel="nodes")
+    for par in ("hidden", "both"):
+        with pytest.raises(ScheduleError, match="recursive_unroll > 1 runs a unit's nodes"):
+            sp.with_knobs(recursive_unroll=2, parallel=par)
+    assert all(s.parallel == "nodes" for s in sp.sample(3, 200) if s.recursive_unroll > 1)
+    ScheduleSpace(CPU).with_knobs(recursive_unroll=2, parallel="both")  # one worker per unit: legal

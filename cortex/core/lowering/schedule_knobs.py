@@ -78,6 +78,7 @@ def space_knobs(caps: Capabilities, dtype: str) -> tuple[tuple[Knob, ...], tuple
     lanes = caps.vector_lanes(itemsize)
     grid = caps.has_grid
     cpu = not grid  # CPU-style node loops: the node-loop transforms apply
+    unit_items = caps.group_barrier and not grid  # parallel hidden loops span a group's work-items
     pref = dict(caps.preferred)
 
     def pick(name: str, choices: tuple, fallback: Any, rule: str) -> tuple[Any, str]:
@@ -206,5 +207,12 @@ def space_knobs(caps: Capabilities, dtype: str) -> tuple[tuple[Knob, ...], tuple
         Constraint("persistent weights need the level loop inside one kernel (kernel_form='single')",
                    lambda s: not (s.persistent and grid and s.kernel_form != "single"),
                    ("persistent", "kernel_form")),
+        # a unit's nodes run in order; where a work-group's items would share a node's hidden
+        # loops (parallel hidden units on a group-barrier target without a grid: OpenCL on a
+        # CPU) the next node would read rows other items are still writing
+        Constraint("recursive_unroll > 1 runs a unit's nodes one after another: here it needs "
+                   "parallel='nodes' (the hidden units of a node on one work-item)",
+                   lambda s: not (s.recursive_unroll > 1 and s.parallel != "nodes" and unit_items),
+                   ("recursive_unroll", "parallel")),
     )
     return knobs, constraints
