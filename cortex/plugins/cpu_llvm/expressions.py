@@ -139,19 +139,19 @@ class _Expressions:
         then_bb, else_bb, done = self.block("sel_then"), self.block("sel_else"), self.block("sel_done")
         b.cbranch(c, then_bb, else_bb)
         vary = self.varying(e.a) or self.varying(e.b)
-        w = self.vec.width if vary else 0
-        b.position_at_end(then_bb)
-        x = self.expr(e.a)
-        if vary and not _is_vec(x):
-            x = self.splat(x, w)
-        then_end = b.block
-        b.branch(done)
-        b.position_at_end(else_bb)
-        y = self.expr(e.b)
-        if vary and not _is_vec(y):
-            y = self.splat(y, w)
-        else_end = b.block
-        b.branch(done)
+
+        def arm(block: ll.Block, side: ir.Expr) -> tuple[ll.Value, ll.Block]:
+            """``side`` evaluated in ``block`` (a vector when either side varies), and the block it ends in."""
+            b.position_at_end(block)
+            value = self.expr(side)
+            if vary and not _is_vec(value):
+                value = self.splat(value, self.vec.width)
+            end = b.block
+            b.branch(done)
+            return value, end
+
+        x, then_end = arm(then_bb, e.a)
+        y, else_end = arm(else_bb, e.b)
         b.position_at_end(done)
         phi = b.phi(x.type)
         phi.add_incoming(x, then_end)
