@@ -37,7 +37,7 @@ import numpy as np
 from cortex.bench import environment
 from cortex.bench.contenders import ContenderSpec, Point
 from cortex.bench.isolation import ISOLATION_METHODS, WorkerError, make_host
-from cortex.bench.options import BenchOptions
+from cortex.bench.options import BenchOptions, target_spec
 from cortex.bench.peers import peer_for, select
 from cortex.bench.summary import summarize
 from cortex.bench.timing import summarize as timing_summary
@@ -142,10 +142,12 @@ class Runner:
     # ---------------------------------------------------------------- one group
     def contenders(self, model: str) -> list[ContenderSpec]:
         o = self.opts
-        out = [ContenderSpec("cortex", t, threads=o.threads, compile_options=o.compile_options,
-                             variants=o.variants) for t in o.targets]
+        specs = [(t, *target_spec(t)) for t in o.targets]  # (label, target, its own options)
+        out = [ContenderSpec("cortex", name, threads=o.threads, compile_options=o.compile_options + extra,
+                             variants=o.variants, label=label if extra else "")
+               for label, name, extra in specs]
         out += [ContenderSpec("peer", p.name, threads=o.threads)
-                for p in select(model, o.peers, o.targets)]
+                for p in select(model, o.peers, tuple(name for _, name, _ in specs))]
         return out
 
     def setup(self, spec: ContenderSpec, group: GroupKey, refs: list[Reference]) -> None:
