@@ -46,7 +46,10 @@ refactoring or recursive unrolling, not persistent; the structural knobs ``kerne
 
 The compile options every target accepts are :class:`CompileOptions` (validated here with the
 same :class:`~cortex.core.errors.InvalidOptionError` as a target's own options); a target's
-own options go to its backend factory and compiler.
+own options go to its backend factory and compiler. ``weights`` is applied to the lowering after
+it is made or read from the stage cache (:func:`~cortex.core.lowering.weight_storage.store_weights`),
+so the cached lowering is one for every ``weights``; the rendered program, and so every later
+cache key, differs.
 """
 
 from __future__ import annotations
