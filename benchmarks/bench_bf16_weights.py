@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script from a checkout: make `cortex` importable
@@ -33,7 +32,7 @@ if __package__ in (None, ""):  # run as a script from a checkout: make `cortex` 
 import numpy as np  # noqa: E402
 
 import cortex  # noqa: E402
-from benchmarks.common import environment, write_json  # noqa: E402
+from benchmarks.common import add_ab_arguments, environment, time_calls, write_json  # noqa: E402
 from cortex.bench.workloads import MODELS, GroupKey, build_model, make_inputs  # noqa: E402
 from cortex.core.frontend.reference import evaluate  # noqa: E402
 
@@ -47,11 +46,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--hidden", type=int, default=256, help="the sweep's hidden size (MV-RNN: a quarter)")
     p.add_argument("--tokens", type=int, default=30, help="mean tokens per input")
     p.add_argument("--batches", default="1", help="comma list of batch sizes (default: 1)")
-    p.add_argument("--rounds", type=int, default=15)
-    p.add_argument("--min-time", type=float, default=0.1, help="seconds per variant per round")
-    p.add_argument("--threads", type=int, default=0, help="worker threads (0: the target's default)")
-    p.add_argument("--quick", action="store_true", help="hidden 32, 3 rounds (smoke test)")
-    p.add_argument("--out", default="", help="JSON file (default: stdout)")
+    add_ab_arguments(p)
     return p.parse_args(argv)
 
 
@@ -72,17 +67,6 @@ def errors(got: dict, want: dict) -> dict:
             "rel_l2": l2, "max_scaled": scaled}
 
 
-def time_once(exe, structures, min_time: float) -> float:
-    """Milliseconds per call, averaged over as many calls as fill ``min_time``."""
-    reps, t0 = 0, time.perf_counter()
-    while True:
-        exe(structures)
-        reps += 1
-        dt = time.perf_counter() - t0
-        if dt >= min_time:
-            return 1e3 * dt / reps
-
-
 def measure(model_name: str, batch_size: int, args: argparse.Namespace) -> dict:
     key = GroupKey(model_name, args.hidden, None, 20000, seed=1)
     model = build_model(key)
@@ -98,7 +82,7 @@ def measure(model_name: str, batch_size: int, args: argparse.Namespace) -> dict:
     samples: dict[str, list[float]] = {v: [] for v in VARIANTS}
     for r in range(args.rounds):
         for v in VARIANTS[r % 2:] + VARIANTS[:r % 2]:
-            samples[v].append(time_once(exes[v], structures, args.min_time))
+            samples[v].append(time_calls(lambda: exes[v](structures), args.min_time))
     med = {v: statistics.median(s) for v, s in samples.items()}
     return {
         "model": model_name, "hidden": MODELS[model_name].hidden(args.hidden), "batch": batch_size,
