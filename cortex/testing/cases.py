@@ -113,10 +113,15 @@ WEIGHT_DIFFERENTIAL = ("unscheduled", "jammed", "blocked")
 
 
 def weight_formats(target: str) -> tuple[str, ...]:
-    """The weight storage formats ``target`` reads (``Capabilities.weight_storage``)."""
+    """The weight storage formats ``target`` reads (``Capabilities.weight_storage``); none for
+    a target not registered or not enabled here (the plugin refuses such a selection itself)."""
+    from cortex.core.errors import TargetNotEnabledError, UnknownTargetError
     from cortex.testing.build import backend
 
-    return tuple(backend(target).capabilities.weight_storage)
+    try:
+        return tuple(backend(target).capabilities.weight_storage)
+    except (UnknownTargetError, TargetNotEnabledError):
+        return ()
 
 
 def _weight_cases(kind: str, target: str, model_id: str, full: bool,
