@@ -83,6 +83,16 @@ def test_only_a_float32_param_buffer_has_a_storage_format():
         ir.Buffer("W", "float32", (4, 4), "param", storage="half")
 
 
+def test_the_verifier_checks_the_storage_against_the_capabilities():
+    from cortex.core.loopir.verify import VerificationError, verify
+    from cortex.plugins.numpy_ref.backend import CAPABILITIES
+
+    program = cortex.compile(lstm(), target="numpy", weights="bfloat16").program
+    verify(program, CAPABILITIES)
+    with pytest.raises(VerificationError, match="stored as bfloat16, which the target does not read"):
+        verify(program, replace(CAPABILITIES, weight_storage=()))
+
+
 # ---------------------------------------------------------------- the option
 
 def test_bad_values_name_the_option_and_the_allowed_ones():
