@@ -135,7 +135,7 @@ class Executable:
             prepared = lowered.prepare_params(params)
         program = lowered.program
         # Per buffer, once: its compiled shape function and NumPy dtype (calls only evaluate).
-        self._buffers = tuple((b, shape_function(b.shape), np.dtype(np_dtype(b.dtype)))
+        self._buffers = tuple((b, shape_function(b.shape), np.dtype(np_dtype(b.stored)))
                               for b in program.buffers)
         # The launch arguments with the params in place; per call the staged inputs
         # (slot, name, role) and the pooled outputs/temps (slot, name, shape fn, dtype) fill in.
