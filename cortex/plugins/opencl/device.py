@@ -194,7 +194,8 @@ def capabilities(info: DeviceInfo) -> Capabilities:
     threads and its compiler vectorizes loops itself, so the scheduler picks CPU knobs and the
     backend maps the ``parallel`` loops onto work-groups and work-items
     (``forms.to_work_groups``). Its SIMD width is the device's native float vector width, which
-    sizes the node jam's hidden blocks (``hidden_jam``) and packed weight blocks; the backend's
+    sizes the hidden loops' vectors (``vector_width``: the renderer's vector statements), the
+    node jam's hidden blocks (``hidden_jam``) and packed weight blocks; the backend's
     measured preferences are :data:`CPU_PREFERRED`.
 
     Either way the backend also builds every level into one single-work-group kernel and runs it
