@@ -141,6 +141,24 @@ def _hidden_split(body: ir.Stmt) -> tuple[ir.For, str, ir.Stmt, int, int] | None
     return body, body.var, inner, a, b - a
 
 
+def rows_apart(stmt: ir.Stmt, var: str, weights: set[str]) -> bool:
+    """Does a reduction in the nest read a non-weight buffer (node data, which keeps its
+    layout) at the hidden variable ``var`` in a leading index and the reduction variable in
+    the last one? Lanes along ``var`` would then be a whole row apart."""
+    for r in ir.walk(stmt):
+        if not isinstance(r, ir.Reduce):
+            continue
+        for ld in ir.walk(r.body):
+            if not isinstance(ld, ir.Load) or ld.buffer in weights or len(ld.index) < 2:
+                continue
+            last = ld.index[-1]
+            lead = ld.index[:-1]
+            if last == ir.Var(r.var) and any(any(isinstance(m, ir.Var) and m.name == var for m in ir.walk(x))
+                                              for x in lead):
+                return True
+    return False
+
+
 def block_hidden_loops(program: ir.Program, width: int) -> tuple[ir.Program, int]:
     """Every node loop with reductions whose body is ``lets; for j in a..a+n: S`` (or the
     lowering's split of it), or lets around several such loops in a row (a level computed in
@@ -149,9 +167,12 @@ def block_hidden_loops(program: ir.Program, width: int) -> tuple[ir.Program, int
     iterations are independent (a parallel or vectorized loop, or
     :func:`~cortex.core.lowering.level_interchange.rows_independent`) rewritten as
     ``for jb in 0..n/width: vectorized for jl in 0..width: let j = a + jb*width + jl; S`` --
-    unless it already has that shape. A phase that does not qualify is left as it is; the
-    phases keep their order, so each still runs after the ones it reads."""
+    unless it already has that shape, or its sums read node data with the hidden unit in a
+    leading index (:func:`rows_apart`: lanes would be a row apart). A phase that does not
+    qualify is left as it is; the phases keep their order, so each still runs after the ones
+    it reads."""
     names = names_of(program)
+    params = {b.name for b in program.buffers if b.role == "param"}
 
     def block(loop_body: ir.Stmt, node: ir.For) -> ir.Stmt | None:
         found = _hidden_loop(loop_body)
@@ -164,6 +185,8 @@ def block_hidden_loops(program: ir.Program, width: int) -> tuple[ir.Program, int
             return None  # already blocks of `width`
         if loop.kind == "serial" and not (var != loop.var or rows_independent(loop, node.var)):
             return None
+        if rows_apart(loop, var, params):
+            return None  # lanes a row apart in node data: the row loop stays scalar (schedule_nest)
         jb, jl = names.fresh(f"{var}b"), names.fresh(f"{var}l")
         unit = ir.simplify(ir.Const(first) + ir.Var(jb) * width + ir.Var(jl))
         kind = "parallel" if loop.kind == "parallel" else "serial"
