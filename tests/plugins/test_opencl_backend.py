@@ -144,6 +144,8 @@ MODELS = {
     "TreeRNN": lambda dt: cortex.models.TreeRNN(vocab=30, hidden=16, dtype=dt),
     "TreeGRU": lambda dt: cortex.models.TreeGRU(vocab=30, embed=12, hidden=16, dtype=dt),
     "ChildSumTreeLSTM": lambda dt: cortex.models.ChildSumTreeLSTM(vocab=30, embed=12, hidden=16, dtype=dt),
+    # 32 columns: the matrix products' merged column loop is a 32-lane vector (wide_lanes)
+    "MVRNN": lambda dt: cortex.models.MVRNN(vocab=30, hidden=32, dtype=dt),
 }
 
 

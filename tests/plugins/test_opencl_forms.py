@@ -276,3 +276,23 @@ def test_renderer_writes_a_sum_per_lane_as_a_vector_accumulator_loop():
     plain = ir.Program("p", (), program.buffers[2:], (ir.Kernel("k", (), ir.For(
         "jb", 0, 2, ir.For("jl", 0, 4, narrow, "vectorized"), "serial")),), (ir.Launch("k"),))
     assert "cx_sigmoid_float32(" in OpenCLRenderer().render(plain)
+
+
+def test_a_merged_column_loop_is_one_wide_vector_with_one_accumulator_loop():
+    """A matrix nest's column loop merged by ``wide_lanes`` (64 lanes, no built-in calls) is
+    written as a 64-lane clang vector: one accumulator loop whose weight broadcast feeds every
+    lane."""
+    from cortex.plugins.opencl.compiler import OpenCLRenderer
+
+    i, j, k = ir.Var("i", ir.INT), ir.Var("j", ir.INT), ir.Var("k", ir.INT)
+    dot = ir.Reduce("sum", "k", ir.Const(0), ir.Const(8),
+                    ir.BinOp("*", ir.Load("W", (i, k)), ir.Load("M", (k, j))))
+    body = ir.For("i", 0, 4, ir.For("j", 0, 64, ir.Store("out", (i, j), dot), "vectorized"), "serial")
+    program = ir.Program("p", (), (ir.Buffer("W", "float32", (4, 8), "param"),
+                                   ir.Buffer("M", "float32", (8, 64), "input"),
+                                   ir.Buffer("out", "float32", (4, 64), "output")),
+                         (ir.Kernel("k", (), body),), (ir.Launch("k"),))
+    source = OpenCLRenderer().render(program)
+    assert "typedef float cx_vfloat64 __attribute__((ext_vector_type(64), aligned(" in source
+    assert source.count("cx_vfloat64 cx_vacc") == 2  # the kernel and its one-work-group copy
+    assert "for (int j = " not in source

@@ -41,6 +41,10 @@ from cortex.core.render.dialects import get_dialect
 #: Lanes of an OpenCL vector statement (``vectorized`` loops of these trip counts).
 VECTOR_TRIPS = (2, 3, 4, 8, 16)
 
+#: Longer lanes the wide form also takes, as clang vectors (several SIMD registers; no built-in
+#: calls): a matrix nest's column loop merged by ``wide_lanes``.
+WIDE_TRIPS = (32, 64)
+
 #: Calls the wide form writes as OpenCL's vector built-ins (``sigmoid`` as ``1 / (1 + exp(-x))``).
 VECTOR_CALLS = ("sigmoid", "tanh", "exp")
 
@@ -74,6 +78,7 @@ class _VectorRenderer(render_c.CRenderer):
 
     min_vector_bits = 0
     wide = False  # the wide form (see the module doc) is being tried
+    lanes = 0  # of the loop being written
 
     def kernel(self, k: ir.Kernel) -> str:
         text = super().kernel(k)
@@ -121,7 +126,8 @@ class _VectorRenderer(render_c.CRenderer):
                     and not any(n in vlets for i in e.index for n in _names(i)))
         if isinstance(e, ir.BinOp) and e.op in ("+", "-", "*"):
             return self._vector_ok(e.a, lane, dtype, vlets) and self._vector_ok(e.b, lane, dtype, vlets)
-        if isinstance(e, ir.Call) and (e.fn == "fma" or (self.wide and e.fn in VECTOR_CALLS)):
+        if isinstance(e, ir.Call) and (e.fn == "fma" or (self.wide and e.fn in VECTOR_CALLS
+                                                          and self.lanes in VECTOR_TRIPS)):
             return all(self._vector_ok(a, lane, dtype, vlets) for a in e.args)
         if self.wide and isinstance(e, ir.Select):
             return (not self._varies(e.cond, lane, vlets) and self._vector_ok(e.a, lane, dtype, vlets)
@@ -223,11 +229,14 @@ class _VectorRenderer(render_c.CRenderer):
 
     def loop(self, s: ir.For, depth: int) -> list[str]:
         start, stop = ir.const_int(s.start), ir.const_int(s.stop)
-        if s.kind != "vectorized" or start is None or stop is None or stop - start not in VECTOR_TRIPS:
+        if (s.kind != "vectorized" or start is None or stop is None
+                or stop - start not in VECTOR_TRIPS + WIDE_TRIPS):
             return super().loop(s, depth)
         pad = "  " * depth
         saved = list(self.pre)
-        body = self._statements(s.body, s.var, ir.Const(start, ir.INT), stop - start, {}, pad + "  ")
+        self.lanes = stop - start
+        body = (self._statements(s.body, s.var, ir.Const(start, ir.INT), stop - start, {}, pad + "  ")
+                if stop - start in VECTOR_TRIPS else None)
         if body is None and start == 0 and any(isinstance(n, ir.Reduce) for n in ir.walk(s.body)):
             self.pre, self.wide = list(saved), True
             try:
