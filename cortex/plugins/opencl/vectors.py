@@ -21,7 +21,9 @@ accumulator loop (nested sums nest), a ``select`` on a lane-free condition a C c
 (only the chosen side is evaluated: a missing child's row is not read), and ``sigmoid``,
 ``tanh``, ``exp`` the OpenCL vector built-ins. Written per lane instead, each lane's sum is a
 scalar loop over stride-``W`` weights that the driver does not vectorize (child-sum b1: the
-per-child gates were most of the call). Loops without such a sum keep the narrow form, whose
+per-child gates were most of the call). The wide form also takes 32 and 64 lanes (a matrix
+nest's column loop merged by the ``wide_lanes`` knob) as clang vectors of several registers,
+without built-in calls: one accumulator loop whose every weight broadcast feeds all of them. Loops without such a sum keep the narrow form, whose
 transcendentals the driver inlines (``FAST_SIGMOID_HELPER``). Any other loop renders as the core
 renderer writes it.
 
