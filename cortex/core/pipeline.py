@@ -83,8 +83,8 @@ SHARED_OPTIONS = ("dtype", "schedule", "dump", "passes", "max_table_mib", "workl
                   "weights")
 #: The ``schedule=`` words: read the tuning records (the default), or the default rules only.
 SCHEDULE_WORDS = ("auto", "default")
-#: The default ``max_table_mib`` where the token tables are filled on use (a host runtime); a
-#: device, which gets them whole at compile time, keeps the table passes' own default (2**24
+#: The default ``max_table_mib`` where the token tables are filled on use (a runtime with
+#: ``tables_on_use``: the host runtimes, OpenCL); a device that gets them whole at compile time keeps the table passes' own default (2**24
 #: entries: 64 MiB in float32). 128 MiB lets in the level-1 tables of a TreeLSTM with vocab 20000
 #: and hidden 256 (2 x 98 MiB, `docs/llvm.md`).
 ON_USE_TABLE_MIB = 128
@@ -331,17 +331,17 @@ def build_artifact(model: Any, target: "Target", target_options: Mapping[str, An
     from cortex.core.lowering.schedule import ScheduleError, ScheduleSpace
     from cortex.core.lowering.weight_storage import store_weights
     from cortex.core.passes.pipeline import DEFAULT_PASSES, run_passes, with_table_limit
-    from cortex.core.plugin.backend import HostRuntime
     from cortex.tuning.fingerprint import graph_fingerprint
     dtype = options.dtype or model.dtype
     dump = _Dumper(options.dump)
 
     backend: Backend = target.create_backend(target_options)
     caps = backend.capabilities
-    # A host runtime reads the params in place, so its token tables are left for the calls to
-    # fill, row by row (cortex.core.runtime.token_tables): they cost no compile time and only the memory
-    # of the tokens used, which allows bigger ones by default. A device gets them whole.
-    deferred = isinstance(backend.runtime, HostRuntime)
+    # A runtime that fills token tables on use (a host runtime reads the params in place; a
+    # device runtime that copies written rows over, such as OpenCL's) leaves them for the calls
+    # to fill, row by row (cortex.core.runtime.token_tables): they cost no compile time and only
+    # the memory of the tokens used, which allows bigger ones by default. Others get them whole.
+    deferred = backend.runtime.tables_on_use
     table_mib = options.max_table_mib
     if table_mib is None and deferred:
         table_mib = ON_USE_TABLE_MIB
