@@ -72,6 +72,7 @@ def capabilities(options: Mapping[str, Any]) -> Capabilities:
         vector_bits=bits, vector_registers=32 if bits >= 512 else 16,
         supports_fp64=True, dialect="", single_call=True, prefetch=True, preferred=PREFERRED,
         weight_storage=("bfloat16",),  # kernel.widen: i16 loads widened to float32
+        bf16_dot=("widen", "pairs"),  # bfloat16_pairs storage: kernel.pair_load
     )
 
 
