@@ -17,8 +17,11 @@ from cortex.plugins.cpu_llvm.runtime import CompiledProgram, LLVMRuntimeError  #
 TREES = [((1, 2), (3, (4, 5))), 7, (((8, 9), 10), ((11, 12), (13, 14)))]
 
 
-@pytest.mark.parametrize("schedule", ["default", {"node_jam": 1, "interchange": False, "wide_lanes": 0},
-                                      {"weight_layout": "row_major"}])
+WIDEN = {"bf16_dot": "widen"}  # (the default reads pairs of rows: below)
+
+
+@pytest.mark.parametrize("schedule", [WIDEN, {"node_jam": 1, "interchange": False, "wide_lanes": 0, **WIDEN},
+                                      {"weight_layout": "row_major", **WIDEN}])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_llvm_computes_what_the_interpreter_computes_on_the_stored_weights(schedule, threads):
     model = TreeLSTM(hidden=40, embed=12, vocab=20, seed=3)  # 40: 16-lane vectors with a tail
@@ -34,7 +37,7 @@ def test_llvm_computes_what_the_interpreter_computes_on_the_stored_weights(sched
 
 def test_the_kernels_load_sixteen_bit_weights_and_widen_them():
     exe = cortex.compile(TreeLSTM(hidden=32, embed=8, vocab=20, seed=0), target="llvm",
-                         weights="bfloat16")
+                         weights="bfloat16", schedule=WIDEN)
     text = str(exe.source)
     assert "x i16>" in text and "zext <" in text and "shl <" in text
     assert "x i16>" not in str(cortex.compile(TreeLSTM(hidden=32, embed=8, vocab=20, seed=0),
@@ -85,7 +88,7 @@ def test_pair_loads_compute_what_the_interpreter_and_the_widening_compute(schedu
                          threads=threads)
     assert {b.storage for b in got.program.buffers if b.storage} == {"bfloat16_pairs"}
     interpreted = cortex.compile(model, target="numpy", weights="bfloat16", schedule=PAIRS)(TREES)
-    widened = cortex.compile(model, target="llvm", weights="bfloat16", schedule=schedule,
+    widened = cortex.compile(model, target="llvm", weights="bfloat16", schedule={**schedule, **WIDEN},
                              threads=threads)(TREES)
     a = got(TREES)
     for s in a.states:
@@ -95,7 +98,8 @@ def test_pair_loads_compute_what_the_interpreter_and_the_widening_compute(schedu
 
 def test_pair_loads_read_words_and_keep_one_half_without_widening():
     model = TreeLSTM(hidden=32, embed=8, vocab=20, seed=0)
-    exe = cortex.compile(model, target="llvm", weights="bfloat16", schedule=PAIRS)
+    exe = cortex.compile(model, target="llvm", weights="bfloat16")  # the default here
+    assert exe.schedule.bf16_dot == "pairs"
     text = str(exe.source)
     assert "load <16 x i32>" in text and "-65536" in text and "zext <16 x i16>" not in text
     from cortex.plugins.cpu_llvm.jit import JitModule
