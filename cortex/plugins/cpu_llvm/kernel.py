@@ -205,8 +205,11 @@ class _KernelGen(_Expressions, _Reductions, _RegisterArrays):
             stride += st * row
             row = row * dims[k] if (row is not None and dims[k] is not None) else None
         w = vec.width
-        if value is None and self.pairs(name) and stride == 1:
-            return self.pair_load(name, index)
+        if (value is None and self.pairs(name) and vec.lane_stride(index[-1]) == 1
+                and all(vec.lane_stride(i) == 0 for i in index[:-1])):
+            return self.pair_load(name, index)  # (else lane by lane, below: a pairs offset each)
+        if self.pairs(name):
+            stride = None
         if stride == 1:
             lane0 = tuple(vec.lane0(i) for i in index)
             saved, self.vec = self.vec, None
