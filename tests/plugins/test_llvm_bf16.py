@@ -118,3 +118,24 @@ def test_variable_arity_models_read_pairs_too():
     assert any(b.storage == "bfloat16_pairs" for b in exe.program.buffers)
     want = cortex.compile(model, target="numpy", weights="bfloat16")(grids).root("h")
     np.testing.assert_allclose(exe(grids).root("h"), want, rtol=1e-5, atol=1e-5)
+
+
+def test_pairs_accesses_that_do_not_run_along_the_last_dimension_go_lane_by_lane():
+    from cortex.core import loopir as ir
+    from cortex.core.loopir.storage import pack, round_to
+
+    iv = ir.Var("iv")
+    value = ir.BinOp("+", ir.BinOp("+", ir.Load("W", (iv, ir.Const(0))), ir.Load("V", (ir.Const(1), iv))),
+                     ir.BinOp("+", ir.Load("V", (ir.Const(2), iv)), ir.Load("V", (ir.Const(3), ir.Const(5)))))
+    body = ir.For("iv", 0, 16, ir.Store("y", (iv,), value), "vectorized")
+    program = ir.Program("pairs", (), (ir.Buffer("W", "float32", (16, 1), "param", storage="bfloat16_pairs"),
+                                       ir.Buffer("V", "float32", (4, 16), "param", storage="bfloat16_pairs"),
+                                       ir.Buffer("y", "float32", (16,), "output")),
+                         (ir.Kernel("k", (), body),), (ir.Launch("k"),))
+    rng = np.random.default_rng(0)
+    w, v = rng.normal(size=(16, 1)).astype(np.float32), rng.normal(size=(4, 16)).astype(np.float32)
+    bufs = {"W": pack(w, "bfloat16_pairs"), "V": pack(v, "bfloat16_pairs")}
+    got = CompiledProgram(program, threads=1).run(dict(bufs), {})["y"]
+    w, v = round_to(w, "bfloat16"), round_to(v, "bfloat16")
+    np.testing.assert_array_equal(got, w[:, 0] + v[1] + (v[2] + v[3, 5]))
+    np.testing.assert_array_equal(got, run(program, dict(bufs), {})["y"])
