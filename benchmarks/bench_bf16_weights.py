@@ -36,7 +36,9 @@ from benchmarks.common import add_ab_arguments, environment, time_calls, write_j
 from cortex.bench.workloads import MODELS, GroupKey, build_model, make_inputs  # noqa: E402
 from cortex.core.frontend.reference import evaluate  # noqa: E402
 
-VARIANTS = ("float32", "bfloat16")
+#: name -> (weights, bf16_dot knob over the default schedule; None: the default schedule)
+VARIANTS = {"float32": ("float32", None), "bfloat16": ("bfloat16", "widen"),
+            "bfloat16_pairs": ("bfloat16", "pairs")}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -73,15 +75,21 @@ def measure(model_name: str, batch_size: int, args: argparse.Namespace) -> dict:
     width = model.params["U"].shape[1] if model_name == "DAGRNN" else MODELS[model_name].hidden(args.hidden)
     structures = make_inputs(model_name, args.tokens, batch_size, vocab=20000, width=width, seed=1).structures
     extra = {"threads": args.threads} if args.threads else {}
-    exes = {v: cortex.compile(model, target=args.target, weights=v, **extra) for v in VARIANTS}
+    exes = {"float32": cortex.compile(model, target=args.target, **extra)}
+    default = exes["float32"].schedule.to_dict()
+    for v, (weights, dot) in VARIANTS.items():
+        if dot is not None:
+            exes[v] = cortex.compile(model, target=args.target, weights=weights,
+                                     schedule={**default, "bf16_dot": dot}, **extra)
     outs = {v: exe(structures) for v, exe in exes.items()}
     batch = outs["float32"].batch
     ref = evaluate(model.trace(), model.params, batch)
     nodes = {v: {s: o.nodes(s) for s in o.states} for v, o in outs.items()}
     stored = [n.split(": ", 1)[1] for n in exes["bfloat16"].notes if n.startswith("weights:")]
-    samples: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    names = tuple(VARIANTS)
+    samples: dict[str, list[float]] = {v: [] for v in names}
     for r in range(args.rounds):
-        for v in VARIANTS[r % 2:] + VARIANTS[:r % 2]:
+        for v in names[r % len(names):] + names[:r % len(names)]:
             samples[v].append(time_calls(lambda: exes[v](structures), args.min_time))
     med = {v: statistics.median(s) for v, s in samples.items()}
     return {
@@ -91,7 +99,11 @@ def measure(model_name: str, batch_size: int, args: argparse.Namespace) -> dict:
         "bfloat16_vs_reference": errors(nodes["bfloat16"], ref),
         "bfloat16_vs_float32": errors(nodes["bfloat16"], {s: np.asarray(a, np.float64)
                                                           for s, a in nodes["float32"].items()}),
-        "median_ms": med, "ratio_bf16_to_fp32": med["bfloat16"] / med["float32"], "samples_ms": samples,
+        "pairs_vs_bfloat16": errors(nodes["bfloat16_pairs"], {s: np.asarray(a, np.float64)
+                                                              for s, a in nodes["bfloat16"].items()}),
+        "median_ms": med, "ratio_bf16_to_fp32": med["bfloat16"] / med["float32"],
+        "ratio_pairs_to_fp32": med["bfloat16_pairs"] / med["float32"],
+        "ratio_pairs_to_bf16": med["bfloat16_pairs"] / med["bfloat16"], "samples_ms": samples,
     }
 
 
@@ -108,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
             doc["results"].append(res)
             e = res["bfloat16_vs_float32"]
             print(f"{model_name} h{res['hidden']} b{b}: fp32 {res['median_ms']['float32']:.3f} ms, "
-                  f"bf16 {res['median_ms']['bfloat16']:.3f} ms (x{res['ratio_bf16_to_fp32']:.3f}); "
+                  f"bf16 {res['median_ms']['bfloat16']:.3f} ms (x{res['ratio_bf16_to_fp32']:.3f}), "
+                  f"pairs {res['median_ms']['bfloat16_pairs']:.3f} ms (x{res['ratio_pairs_to_fp32']:.3f}); "
                   f"bf16 vs fp32 max abs {e['max_abs']:.2e} mean abs {e['mean_abs']:.2e} "
                   f"max rel {e['max_rel']:.2e} rel l2 {e['rel_l2']:.2e}", file=sys.stderr)
     write_json(doc, args.out)

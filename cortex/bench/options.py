@@ -95,7 +95,11 @@ def target_spec(text: str) -> tuple[str, tuple[tuple[str, Any], ...]]:
     """A ``--targets`` entry: a target name, optionally with compile options for that contender
     alone, ``name:option=value[:option=value...]`` (``llvm:weights=bfloat16`` runs next to
     ``llvm``; the whole text is its name in the results). A value is read as JSON when it parses
-    (numbers, ``true``), else kept as text."""
+    (numbers, ``true``), else kept as text. An option named like a schedule knob sets that knob
+    over the target's default schedule: ``llvm:weights=bfloat16:bf16_dot=pairs`` compiles with
+    ``schedule={"bf16_dot": "pairs"}`` (``threads`` stays the compile option of that name)."""
+    from cortex.core.lowering.schedule import KNOB_NAMES
+
     name, *parts = text.split(":")
     if not name:
         raise ValueError(f"target spec {text!r} has no target name")
@@ -109,6 +113,10 @@ def target_spec(text: str) -> tuple[str, tuple[tuple[str, Any], ...]]:
         except ValueError:
             parsed = value
         options.append((key, parsed))
+    knob = {k for k, _ in options if k in KNOB_NAMES and k != "threads"}  # threads: the option
+    if knob:
+        options = ([(k, v) for k, v in options if k not in knob]
+                   + [("schedule", {k: v for k, v in options if k in knob})])
     return name, tuple(options)
 
 

@@ -17,6 +17,8 @@ refactored     the default with ``refactor=True`` (a parent's weight products of
                states computed in the children's steps)
 unrolled       the default with ``recursive_unroll=2`` (a parent computed with its children in
                one work unit, one barrier per pair of levels)
+widened        the default with ``bf16_dot="widen"`` (bfloat16 weights widened element by
+               element; the default reads pairs of rows where the target prefers it)
 sample<i>      the i-th random legal schedule of the target's space (seeded; full sweep only)
 =============  =================================================================================
 
@@ -35,7 +37,8 @@ from cortex.core.api import CompiledCode
 from cortex.core.api import compile_only as cortex_compile_only
 from cortex.testing import zoo
 
-SCHEDULE_VARIANTS = ("default", "unscheduled", "unfused", "jammed", "blocked", "refactored", "unrolled")
+SCHEDULE_VARIANTS = ("default", "unscheduled", "unfused", "jammed", "blocked", "refactored", "unrolled",
+                     "widened")
 
 
 class ScheduleNotLegal(ValueError):
@@ -73,6 +76,8 @@ def schedule(target: str, dtype: str, variant: str) -> Any:
             return space.with_knobs(refactor=True)
         if variant == "unrolled":
             return space.with_knobs(recursive_unroll=2)
+        if variant == "widened":
+            return space.with_knobs(bf16_dot="widen")
         if variant.startswith("sample"):
             i = int(variant[len("sample"):])
             return space.sample(1000 + i, 1)[0]

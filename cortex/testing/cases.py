@@ -109,7 +109,7 @@ def cases(kind: str, targets: tuple[str, ...], full: bool = False,
 
 
 #: The schedules the weight-storage cases compare with the default one (same rounded weights).
-WEIGHT_DIFFERENTIAL = ("unscheduled", "jammed", "blocked")
+WEIGHT_DIFFERENTIAL = ("unscheduled", "jammed", "blocked", "widened")
 
 
 def weight_formats(target: str) -> tuple[str, ...]:

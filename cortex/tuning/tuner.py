@@ -51,8 +51,10 @@ MAX_PROPOSALS = 4  # stop after this many candidates per budgeted trial (most we
 # worker threads of a CPU target are a deployment decision (the cores the process may use), and
 # their best value depends on what else runs on the machine while the session measures — on a
 # busy machine one thread beats two in the tuner's rounds and loses on the same machine when
-# it is quiet, so a record would store the load of the hour, not the model's schedule.
-HOLD = ("threads",)
+# it is quiet, so a record would store the load of the hour, not the model's schedule. And
+# ``bf16_dot``: a session measures float32 weights (a bfloat16 compile takes the float32 record),
+# where how bfloat16 weights are read changes nothing a session could measure.
+HOLD = ("threads", "bf16_dot")
 
 
 @dataclass(frozen=True)

@@ -27,3 +27,8 @@ def test_each_entry_is_its_own_contender_with_its_options():
     assert (plain.name, plain.key, plain.compile_options) == ("llvm", "llvm", ())
     assert (bf16.name, bf16.key) == ("llvm", "llvm:weights=bfloat16")
     assert dict(bf16.compile_options) == {"weights": "bfloat16"} and "bfloat16" in WEIGHT_TOLERANCE
+
+
+def test_a_target_spec_sets_schedule_knobs_over_the_default_schedule():
+    assert target_spec("llvm:weights=bfloat16:bf16_dot=pairs:node_jam=4") == (
+        "llvm", (("weights", "bfloat16"), ("schedule", {"bf16_dot": "pairs", "node_jam": 4})))

@@ -204,3 +204,62 @@ def test_a_saved_and_a_pickled_executable_keep_bfloat16(tmp_path):
         assert loaded.recipe.options["weights"] == "bfloat16"
         assert any(b.storage == "bfloat16" for b in loaded.program.buffers)
         np.testing.assert_array_equal(loaded(TREES).root("h"), want)
+
+
+# ---------------------------------------------------------------- bfloat16_pairs (bf16_dot="pairs")
+
+def test_pairs_hold_two_reduction_rows_in_one_word_and_unpack_to_the_bfloat16_values():
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(3, 6, 4)).astype(np.float32)
+    pairs, plain = pack(a, "bfloat16_pairs"), pack(a, "bfloat16")
+    assert pairs.shape == a.shape and pairs.dtype == np.uint16
+    words = pairs.reshape(3, 3, 4, 2).view(np.uint32)[..., 0]  # [block, k // 2, j], little-endian
+    assert (words & 0xFFFF == plain[:, 0::2, :]).all() and (words >> 16 == plain[:, 1::2, :]).all()
+    np.testing.assert_array_equal(unpack(pairs, "bfloat16_pairs"), unpack(plain, "bfloat16"))
+    np.testing.assert_array_equal(round_to(a, "bfloat16_pairs"), round_to(a, "bfloat16"))
+
+
+def test_pairs_need_an_even_second_last_dimension():
+    with pytest.raises(ValueError, match="second last even"):
+        pack(np.zeros((5, 4), np.float32), "bfloat16_pairs")
+    with pytest.raises(ValueError, match="second last even"):
+        pack(np.zeros(4, np.float32), "bfloat16_pairs")
+    ir.Buffer("W", "float32", (4, 6), "param", storage="bfloat16_pairs")
+    for shape in ((5, 4), (4,), (ir.Var("n"), 4)):
+        with pytest.raises(ir.LoopIRError, match="bfloat16_pairs"):
+            ir.Buffer("W", "float32", shape, "param", storage="bfloat16_pairs")
+
+
+def test_the_pairs_knob_stores_even_matrices_as_pairs_with_the_same_results():
+    plain = cortex.compile(lstm(), target="numpy", weights="bfloat16")
+    exe = cortex.compile(lstm(), target="numpy", weights="bfloat16", schedule={"bf16_dot": "pairs"})
+    stored = {b.name: b.storage for b in exe.program.buffers if b.storage}
+    assert stored and set(stored.values()) == {"bfloat16_pairs"}
+    assert stored.keys() == {b.name for b in plain.program.buffers if b.storage}
+    assert any("stored as bfloat16_pairs" in n for n in exe.notes)
+    a, b = exe(TREES), plain(TREES)
+    for s in a.states:
+        np.testing.assert_array_equal(a.nodes(s), b.nodes(s))
+
+
+def test_an_odd_reduction_keeps_plain_bfloat16_under_the_pairs_knob():
+    odd = TreeLSTM(hidden=7, embed=6, vocab=20, seed=0)
+    exe = cortex.compile(odd, target="numpy", weights="bfloat16", schedule={"bf16_dot": "pairs"})
+    formats = {b.storage for b in exe.program.buffers if b.storage}
+    assert "bfloat16" in formats  # a [28, 7] matrix cannot pair its rows
+    want = cortex.compile(odd, target="numpy", weights="bfloat16")(TREES)
+    np.testing.assert_array_equal(exe(TREES).root("h"), want.root("h"))
+
+
+def test_the_pairs_knob_is_offered_where_the_target_reads_pairs():
+    from cortex.core.lowering.schedule import ScheduleSpace
+    from cortex.core.loopir.verify import VerificationError, verify
+    from cortex.plugins.numpy_ref.backend import CAPABILITIES
+
+    assert "pairs" in ScheduleSpace(CAPABILITIES, "float32").knob("bf16_dot").choices
+    none = replace(CAPABILITIES, weight_storage=(), bf16_dot=("widen",))
+    assert ScheduleSpace(none, "float32").knob("bf16_dot").choices == ("widen",)
+    program = cortex.compile(lstm(), target="numpy", weights="bfloat16", schedule={"bf16_dot": "pairs"}).program
+    verify(program, CAPABILITIES)
+    with pytest.raises(VerificationError, match="stored as bfloat16_pairs"):
+        verify(program, replace(CAPABILITIES, bf16_dot=("widen",)))

@@ -62,8 +62,10 @@ REDUCE_OPS = ("sum", "max", "mean")
 BARRIER_SCOPES = ("group", "grid")
 #: How a read-only float32 buffer may be held in memory other than as its dtype (``Buffer.storage``):
 #: "bfloat16" = the upper 16 bits of each float32 (``cortex.core.loopir.storage``); a load widens
-#: it to float32, so expressions never see the storage type.
-STORAGE_FORMATS = ("bfloat16",)
+#: it to float32, so expressions never see the storage type. "bfloat16_pairs" = the same values
+#: with the last two dimensions ``[K, W]`` (an even ``K``) held pair-interleaved as
+#: ``[K / 2, W, 2]``: one 32-bit word holds the elements ``[k, j]`` and ``[k + 1, j]``.
+STORAGE_FORMATS = ("bfloat16", "bfloat16_pairs")
 
 
 def _is_pow2(n: object) -> bool:
@@ -501,6 +503,10 @@ class Buffer(Node):
                f"buffer {self.name}: storage {self.storage!r} needs a float32 param buffer and one "
                f"of {STORAGE_FORMATS}")
         object.__setattr__(self, "shape", tuple(as_expr(d) for d in self.shape))
+        if self.storage == "bfloat16_pairs":
+            pairs = len(self.shape) >= 2 and const_int(self.shape[-2])
+            _check(bool(pairs) and pairs % 2 == 0, f"buffer {self.name}: bfloat16_pairs storage "
+                   f"needs two or more dimensions, the second last a constant even size")
         if self.value_range is not None:
             object.__setattr__(self, "value_range", tuple(as_expr(v) for v in self.value_range))
         if self.logical_shape is not None:

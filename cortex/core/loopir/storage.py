@@ -11,6 +11,14 @@ and widens them to float32 in registers; the interpreter widens the whole buffer
 ``vcvtneps2bf16`` instruction do); infinities stay infinities, a finite value beyond the largest
 bfloat16 rounds to infinity, NaN stays NaN (quiet, same sign), subnormals round like any value
 (bfloat16 has float32's exponent range). Unpacking is exact: a shift by 16 bits.
+
+``"bfloat16_pairs"``: the same rounded values with each ``[K, W]`` matrix of the last two
+dimensions (``K`` even) stored as ``[K / 2, W, 2]``, in an array of the buffer's own shape: the
+32-bit word ``j`` of pair row ``p`` holds ``[2p, j]`` in its low half and ``[2p + 1, j]`` in its
+high half. A kernel reading ``W`` consecutive elements of row ``k`` loads ``W`` words (the
+elements of row ``k`` and of its pair neighbour at once) and keeps one half of each: ``word <<
+16`` for an even ``k``, ``word & 0xFFFF0000`` for an odd one; one instruction per element
+where plain bfloat16 takes two (zero-extend, shift).
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ import numpy as np
 from cortex.core.loopir.nodes import STORAGE_FORMATS
 
 #: The NumPy type of one stored element, per format.
-STORAGE_NP_DTYPES = {"bfloat16": np.uint16}
+STORAGE_NP_DTYPES = {"bfloat16": np.uint16, "bfloat16_pairs": np.uint16}
 
 
 def pack(values: np.ndarray, storage: str) -> np.ndarray:
@@ -37,7 +45,7 @@ def pack(values: np.ndarray, storage: str) -> np.ndarray:
     nan = np.isnan(a)
     if nan.any():  # keep NaN a NaN: its top bits with the quiet bit set (rounding could make it inf)
         rounded[nan] = ((bits[nan] >> np.uint32(16)) | np.uint32(0x0040)).astype(np.uint16)
-    return rounded
+    return _interleave_pairs(rounded) if storage == "bfloat16_pairs" else rounded
 
 
 def unpack(stored: np.ndarray, storage: str) -> np.ndarray:
@@ -47,12 +55,34 @@ def unpack(stored: np.ndarray, storage: str) -> np.ndarray:
     if a.dtype != STORAGE_NP_DTYPES[storage]:
         raise TypeError(f"{storage} values are stored as {np.dtype(STORAGE_NP_DTYPES[storage])}, "
                         f"not {a.dtype}")
+    if storage == "bfloat16_pairs":
+        a = _split_pairs(a)
     return (a.astype(np.uint32) << np.uint32(16)).view(np.float32)
 
 
 def round_to(values: np.ndarray, storage: str) -> np.ndarray:
     """``values`` (float32) as the code reads them back from ``storage``: ``unpack(pack(v))``."""
     return unpack(pack(values, storage), storage)
+
+
+def _pair_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """``shape`` with its last two dimensions ``[K, W]`` split to ``[K / 2, 2, W]``."""
+    if len(shape) < 2 or shape[-2] % 2:
+        raise ValueError(f"bfloat16_pairs needs two or more dimensions, the second last even; "
+                         f"got shape {shape}")
+    return (*shape[:-2], shape[-2] // 2, 2, shape[-1])
+
+
+def _interleave_pairs(a: np.ndarray) -> np.ndarray:
+    """Rows ``2p`` and ``2p + 1`` of each ``[K, W]`` matrix interleaved element by element."""
+    return np.ascontiguousarray(np.swapaxes(a.reshape(_pair_shape(a.shape)), -1, -2)).reshape(a.shape)
+
+
+def _split_pairs(a: np.ndarray) -> np.ndarray:
+    """The inverse of :func:`_interleave_pairs`."""
+    pairs = _pair_shape(a.shape)
+    held = a.reshape(*pairs[:-2], pairs[-1], 2)
+    return np.ascontiguousarray(np.swapaxes(held, -1, -2)).reshape(a.shape)
 
 
 def _check_format(storage: str) -> None:

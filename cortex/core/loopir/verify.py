@@ -228,7 +228,9 @@ class _Checker:
             if "float64" in self.p.float_dtypes() and not self.caps.supports_fp64:
                 self.err("program uses float64 but the target does not support fp64")
             for b in self.p.buffers:
-                if b.storage and b.storage not in self.caps.weight_storage:
+                pairs_ok = "bfloat16" in self.caps.weight_storage and "pairs" in self.caps.bf16_dot
+                if b.storage and b.storage not in self.caps.weight_storage and not (
+                        b.storage == "bfloat16_pairs" and pairs_ok):
                     self.err(f"buffer {b.name} is stored as {b.storage}, which the target does "
                              f"not read (Capabilities.weight_storage)")
 

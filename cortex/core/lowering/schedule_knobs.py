@@ -49,6 +49,8 @@ preference in ``Capabilities.preferred`` and the rule takes it when it is legal.
 ``recursive_unroll``   levels per step (1 = off): 2 runs a parent with its children of the level
                        below as one work unit, one barrier per pair of levels
                        (``linearize.units`` builds the units per call)
+``bf16_dot``           how kernels read ``weights="bfloat16"`` matrices: "widen" each element,
+                       or "pairs" (``bfloat16_pairs`` storage: two reduction rows per word)
 =====================  ========================================================================
 """
 
@@ -199,6 +201,8 @@ def space_knobs(caps: Capabilities, dtype: str) -> tuple[tuple[Knob, ...], tuple
              "in the children's steps", "off: the parent computes them"),
         knob("recursive_unroll", (1, 2), 1, "levels per step: a parent computed with its children by "
              "one worker, one barrier per step (1 = off)", "off: one step per level"),
+        knob("bf16_dot", caps.bf16_dot if "bfloat16" in caps.weight_storage else ("widen",), "widen",
+             "how kernels read bfloat16 weights (weights='bfloat16')", "widen each element"),
     )
     constraints = (
         Constraint("tile_hidden must be 0 or a multiple of vector_width",

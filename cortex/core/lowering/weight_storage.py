@@ -59,12 +59,24 @@ def store_weights(lowered: "Lowered", weights: str) -> "Lowered":
     if lowered.dtype != "float32":
         raise ValueError(f"weights={weights!r} needs float32 compute, not {lowered.dtype}")
     names = set(streamed_weights(lowered.program))
-    buffers = tuple(replace(b, storage=weights) if b.name in names else b
+    formats = {b.name: _format(b, weights, lowered.schedule.bf16_dot) for b in lowered.program.buffers
+               if b.name in names}
+    buffers = tuple(replace(b, storage=formats[b.name]) if b.name in formats else b
                     for b in lowered.program.buffers)
-    note = (f"weights: {', '.join(sorted(names))} stored as {weights}" if names
-            else f"weights: no weight matrix to store as {weights}")
+    notes = tuple(f"weights: {', '.join(sorted(n for n, f in formats.items() if f == fmt))} stored as {fmt}"
+                  for fmt in sorted(set(formats.values())))
     return replace(lowered, program=replace(lowered.program, buffers=buffers),
-                   notes=lowered.notes + (note,))
+                   notes=lowered.notes + (notes or (f"weights: no weight matrix to store as {weights}",)))
+
+
+def _format(buffer: ir.Buffer, weights: str, bf16_dot: str) -> str:
+    """The storage format of a weight matrix: ``bfloat16_pairs`` for bfloat16 weights with
+    ``bf16_dot="pairs"`` where the matrix's second last dimension is a constant even size
+    (a pair of reduction rows), else ``weights``."""
+    rows = ir.const_int(buffer.shape[-2])
+    if weights == "bfloat16" and bf16_dot == "pairs" and rows is not None and rows % 2 == 0:
+        return "bfloat16_pairs"
+    return weights
 
 
 def _reads_data(e: ir.Node, loaded: set[str]) -> bool:

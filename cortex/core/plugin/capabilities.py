@@ -37,6 +37,10 @@ class Capabilities:
     # storage formats of weight matrices the code generator reads and widens to float32 (the
     # ``weights`` compile option, ``cortex.core.loopir.storage``); () = weights in the compute dtype only
     weight_storage: tuple[str, ...] = ()
+    # how the code generator reads bfloat16 weights (the ``bf16_dot`` schedule knob's choices):
+    # "widen" (each element widened to float32), "pairs" (``bfloat16_pairs`` storage: a word of
+    # two reduction rows, one instruction per element)
+    bf16_dot: tuple[str, ...] = ("widen",)
     # Code form
     dialect: str = "c"  # which C-family dialect table the renderer uses, or "" for non-C
     single_call: bool = True  # the whole recursion may run inside one host call

@@ -11,7 +11,8 @@ Capabilities come from the real CPU: SIMD width from the LLVM CPU's features (51
 AVX-512) and its register count, ``num_cores`` from the ``threads`` option (default: every
 usable CPU), the per-core L2 size from sysfs, fp64, the level loop inside one call
 (``single_call``), no grid, prefetches, bfloat16 weight storage (``weights="bfloat16"``: the
-kernels widen each loaded weight to float32), and the code generator's measured knob
+kernels widen each loaded weight to float32, or with ``bf16_dot="pairs"`` keep one half of a
+word holding two reduction rows), and the code generator's measured knob
 preferences (:data:`PREFERRED`). The team runs the schedule's ``threads`` (``Program.launch``).
 """
 
@@ -55,8 +56,9 @@ def l2_bytes_per_core() -> int:
 #: TreeLSTM (docs/llvm.md): threads split each level's hidden units (its weight rows stay in
 #: each core's L2), groups of 8 nodes share each weight load (then 4, 2, 1), fused loops take two
 #: steps a trip, a matrix nest's column loop becomes one 64-lane vector, and the leaves prefetch
-#: their table rows two nodes ahead.
-PREFERRED = (("interchange", True), ("node_jam", 8), ("jam_unroll", 2), ("wide_lanes", 64), ("prefetch", 2))
+#: their table rows two nodes ahead; bfloat16 weights are read in pairs of rows (``bf16_dot``).
+PREFERRED = (("interchange", True), ("node_jam", 8), ("jam_unroll", 2), ("wide_lanes", 64), ("prefetch", 2),
+             ("bf16_dot", "pairs"))
 
 
 def capabilities(options: Mapping[str, Any]) -> Capabilities:
@@ -72,6 +74,7 @@ def capabilities(options: Mapping[str, Any]) -> Capabilities:
         vector_bits=bits, vector_registers=32 if bits >= 512 else 16,
         supports_fp64=True, dialect="", single_call=True, prefetch=True, preferred=PREFERRED,
         weight_storage=("bfloat16",),  # kernel.widen: i16 loads widened to float32
+        bf16_dot=("widen", "pairs"),  # bfloat16_pairs storage: kernel.pair_load
     )
 
 

@@ -21,7 +21,7 @@ from cortex.core import loopir as ir
 from cortex.plugins.cpu_llvm.expressions import _Expressions
 from cortex.plugins.cpu_llvm.ir_queries import _Idx, _var_names, _walk, vector_width
 from cortex.plugins.cpu_llvm.lanes import _VecCtx
-from cortex.plugins.cpu_llvm.llvm_types import (F32, I1, I8, I32, I64, LTYPE, PARTITIONED_KINDS, PTR, SIZEOF, SIZEOF_LL,
+from cortex.plugins.cpu_llvm.llvm_types import (F32, I1, I8, I16, I32, I64, LTYPE, PARTITIONED_KINDS, PTR, SIZEOF, SIZEOF_LL,
                                                 VOID, CodegenError, _LoopMD, _is_vec, _splat_const, _vkey,
                                                 _zero_mask)
 from cortex.plugins.cpu_llvm.reductions import _Reductions
@@ -121,6 +121,8 @@ class _KernelGen(_Expressions, _Reductions, _RegisterArrays):
             out = b.sdiv(x, y)
         elif op == "srem":
             out = b.srem(x, y)
+        elif op == "and":
+            out = b.and_(x, y)
         else:
             out = getattr(b, op)(x, y, flags=["nsw"])
         self.icse[key] = out
@@ -203,6 +205,11 @@ class _KernelGen(_Expressions, _Reductions, _RegisterArrays):
             stride += st * row
             row = row * dims[k] if (row is not None and dims[k] is not None) else None
         w = vec.width
+        if (value is None and self.pairs(name) and vec.lane_stride(index[-1]) == 1
+                and all(vec.lane_stride(i) == 0 for i in index[:-1])):
+            return self.pair_load(name, index)  # (else lane by lane, below: a pairs offset each)
+        if self.pairs(name):
+            stride = None
         if stride == 1:
             lane0 = tuple(vec.lane0(i) for i in index)
             saved, self.vec = self.vec, None
@@ -232,8 +239,36 @@ class _KernelGen(_Expressions, _Reductions, _RegisterArrays):
                 b.store(b.extract_element(value, ll.Constant(I32, lane)), ptr)
         return self.widen(name, out) if value is None else None
 
+    def pairs(self, name: str) -> bool:
+        """Whether ``name`` is a buffer stored as ``bfloat16_pairs``."""
+        return name not in self.allocs and self.p.buffer(name).storage == "bfloat16_pairs"
+
+    def pair_load(self, name: str, index: tuple[ir.Expr, ...]) -> ll.Value:
+        """The float32 vector of ``name[index]`` (a ``bfloat16_pairs`` buffer, consecutive lanes
+        along its last dimension): one load of the lanes' words, which hold row ``k`` and its
+        pair neighbour, and one instruction keeping row ``k``'s halves (``<< 16`` for an even
+        ``k``, ``& 0xFFFF0000`` for an odd one; LLVM folds the choice when the parity is known)."""
+        vec = self.vec
+        assert vec is not None
+        lane0 = tuple(vec.lane0(i) for i in index)
+        saved, self.vec = self.vec, None
+        try:
+            off, _ = self.flat_offset(name, lane0)  # (row & ~1) * W + 2 j + (row & 1)
+        finally:
+            self.vec = saved
+        b = self.b
+        odd = b.and_(off, ll.Constant(I64, 1))
+        first = b.gep(self.ptrs[name], [b.sub(off, odd)], inbounds=True, source_etype=I16)
+        wt = ll.VectorType(I32, vec.width)
+        words = b.load(first, typ=wt, align=4)
+        high = b.and_(words, self.const_like(wt, -65536))
+        low = b.shl(words, self.const_like(wt, 16))
+        bits = b.select(b.icmp_unsigned("!=", odd, ll.Constant(I64, 0)), high, low)
+        return b.bitcast(bits, ll.VectorType(F32, vec.width))
+
     def flat_offset(self, name: str, index: tuple[ir.Expr, ...]) -> tuple[ll.Value, ll.Type]:
-        """The row-major element offset (i64, a vector when the index varies) and element type."""
+        """The row-major element offset (i64, a vector when the index varies) and element type;
+        for a ``bfloat16_pairs`` buffer the offset of its element in the pair-interleaved order."""
         if name in self.allocs:
             a = self.allocs[name]
             shape: tuple = tuple(ir.Const(d) for d in a.shape)
@@ -243,13 +278,20 @@ class _KernelGen(_Expressions, _Reductions, _RegisterArrays):
             shape, dtype = bf.shape, bf.stored
         if len(index) != len(shape):
             raise CodegenError(f"access {name} with {len(index)} indices; it has {len(shape)} dims")
-        b = self.b
-        off = self.i64(self.expr(index[0]))
-        for i, d in zip(index[1:], shape[1:]):
+        pairs = self.pairs(name)
+        last = len(index) - 1 if pairs else len(index)
+        off = self.i64(self.expr(index[0]))  # (a pairs buffer has two or more dimensions)
+        for i, d in zip(index[1:last], shape[1:last]):
             off, dim = self.match(off, self.i64(self.expr(d)))
             off = self.int_op("mul", off, dim)
             off, ii = self.match(off, self.i64(self.expr(i)))
             off = self.int_op("add", off, ii)
+        if pairs:  # off is the row (an even K a matrix, so its parity is k's): pairs of rows
+            odd = self.int_op("and", off, self.const_like(off.type, 1))
+            off, dim = self.match(self.int_op("sub", off, odd), self.i64(self.expr(shape[-1])))
+            off, j = self.match(self.int_op("mul", off, dim), self.i64(self.expr(index[-1])))
+            off, odd = self.match(off, odd)
+            off = self.int_op("add", self.int_op("add", off, self.int_op("add", j, j)), odd)
         return off, LTYPE[dtype]
 
     def address(self, name: str, index: tuple[ir.Expr, ...]) -> tuple[ll.Value, ll.Type]:

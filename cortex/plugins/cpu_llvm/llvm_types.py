@@ -21,8 +21,8 @@ F64 = ll.DoubleType()
 PTR = ll.PointerType()
 VOID = ll.VoidType()
 # "bfloat16": a storage format (``Buffer.stored``), loaded as i16 and widened to float
-LTYPE = {"int32": I32, "bool": I1, "float32": F32, "float64": F64, "bfloat16": I16}
-SIZEOF = {"int32": 4, "bool": 1, "float32": 4, "float64": 8, "bfloat16": 2}
+LTYPE = {"int32": I32, "bool": I1, "float32": F32, "float64": F64, "bfloat16": I16, "bfloat16_pairs": I16}
+SIZEOF = {"int32": 4, "bool": 1, "float32": 4, "float64": 8, "bfloat16": 2, "bfloat16_pairs": 2}
 PARTITIONED_KINDS = ("parallel", "gpu_group")
 FAST_REDUCE = ("reassoc", "contract")
 

@@ -35,6 +35,7 @@ CAPABILITIES = Capabilities(
     dialect="",
     single_call=True,
     weight_storage=("bfloat16",),  # the interpreter widens the stored weights before it runs
+    bf16_dot=("widen", "pairs"),  # bfloat16_pairs storage: unpacked like bfloat16
 )
 
 
