@@ -46,6 +46,7 @@ from cortex.core.lowering import loop_shapes as shapes
 from cortex.core.lowering import transforms as lt
 from cortex.core import loopir as ir
 from cortex.core.plugin.capabilities import Capabilities
+from cortex.core.lowering.hoist_projections import hoist_projections
 from cortex.core.lowering.jam import JamOptions, jam_levels, stages
 from cortex.core.lowering.level_interchange import interchange_levels
 from cortex.core.lowering.schedule import Schedule
@@ -154,6 +155,7 @@ def apply_loop_schedule(program: ir.Program, s: Schedule, caps: Capabilities) ->
     """The loop-shape knobs, in this order, each a pure ``LoopProgram -> LoopProgram``
     transform checked against its input on the interpreter in the tests:
 
+    ``hoist_projections``  ``hoist_projections.hoist_projections`` (GEMVs over a node's input)
     ``wide_lanes``      ``loop_shapes.widen_vector_nests`` (matrix nests' column loops)
     ``hidden_jam``      ``loop_shapes.block_hidden_loops`` (only with a node jam)
     ``interchange``     ``level_interchange.interchange_levels``
@@ -162,6 +164,10 @@ def apply_loop_schedule(program: ir.Program, s: Schedule, caps: Capabilities) ->
     ``node_chunk``      ``loop_shapes.chunk_nodes`` (parallel node loops not jammed)
     """
     notes: list[str] = []
+    if s.hoist_projections:
+        program, n = hoist_projections(program)
+        notes.append(f"hoist_projections: {n} GEMVs over a node's own input computed for every internal "
+                     "node before the level loop")
     if s.wide_lanes:
         program, n = shapes.widen_vector_nests(program, s.wide_lanes)
         notes.append(f"wide_lanes={s.wide_lanes}: {n} split column loops merged into one vector")

@@ -49,6 +49,8 @@ preference in ``Capabilities.preferred`` and the rule takes it when it is legal.
 ``recursive_unroll``   levels per step (1 = off): 2 runs a parent with its children of the level
                        below as one work unit, one barrier per pair of levels
                        (``linearize.units`` builds the units per call)
+``hoist_projections``  a level's GEMVs over the node's own input computed for every internal node
+                       before the level loop (``lowering.hoist_projections``)
 =====================  ========================================================================
 """
 
@@ -199,6 +201,10 @@ def space_knobs(caps: Capabilities, dtype: str) -> tuple[tuple[Knob, ...], tuple
              "in the children's steps", "off: the parent computes them"),
         knob("recursive_unroll", (1, 2), 1, "levels per step: a parent computed with its children by "
              "one worker, one barrier per step (1 = off)", "off: one step per level"),
+        knob("hoist_projections", (False, True) if cpu else (False,), cpu, "GEMVs over a node's own "
+             "input computed for every internal node before the level loop",
+             "on: one data-parallel phase instead of a GEMV per node inside every level" if cpu
+             else "a grid target: the one-kernel program would need another grid barrier"),
     )
     constraints = (
         Constraint("tile_hidden must be 0 or a multiple of vector_width",

@@ -1,0 +1,191 @@
+"""Projection hoist: a GEMV over a node's own input moved out of the recursion (``hoist_projections``).
+
+Pipeline position: a schedule transform (``LoopProgram -> LoopProgram``), applied first by
+``cortex.core.lowering.apply_schedule.apply_loop_schedule`` when the ``hoist_projections`` knob is
+on, so the level interchange and the node jam shape the loop it adds like any other node loop.
+Target-neutral and pure; the tests check the result against the untransformed program on the
+interpreter.
+
+A reduction in a level's node loop that reads only params and the node's own input (DAG-RNN's
+``U x_v``, any model's projection of dense node features) does not depend on the recursion.
+Inside the level loop it runs once per level on that level's few nodes and lengthens the chain
+of levels; hoisted, it runs for every internal node at once, before the level loop, where the
+node jam gets full groups (the peers do the same: one GEMM over every node up front)::
+
+    for l in first..L:                        parallel for v' in level_offsets[first]..level_offsets[L]:
+      parallel for v in level l:                for j': P[v', j'] = sum(k: W[j', k] * x[v', k])
+        lets                            ->    for l in first..L:
+        for j: ... sum(k: W[j, k] * x[v, k]) ...    parallel for v in level l:
+                                                  lets; for j: ... P[v, j] ...
+
+``P`` is a ``temp [N, n_1 * ... * n_m]`` indexed by the node and the flattened variables of the
+loops around the reduction (each ``0..n_i``), so it is written and read in the same order. Only
+the one-kernel form's level loop (``for l in first..L``, ``first`` a constant; the program then declares ``L >= first``) is
+rewritten: a per-level program has no place
+before its levels inside a kernel, and an unrolled program (phases of work units) has no level
+loop; both are left unchanged (the count says so).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from cortex.core import loopir as ir
+from cortex.core.lowering.jam_fuse import free_names, names_of, renamed_binders
+from cortex.core.lowering.level_interchange import is_node_loop, node_lets
+from cortex.core.lowering.cases import NameGen
+
+#: Roles of the buffers a hoisted reduction may read: nothing the recursion writes.
+_HOISTABLE_ROLES = ("param", "input")
+
+
+def _level_node_loops(level: ir.For) -> list[ir.For]:
+    """The node loops (``level_offsets[l]..level_offsets[l + 1]``) directly in level loop ``level``."""
+    body = level.body
+    stmts = body.stmts if isinstance(body, ir.Seq) else (body,)
+    lvl = ir.Var(level.var)
+    return [s for s in stmts if isinstance(s, ir.For) and is_node_loop(s)
+            and isinstance(s.start, ir.Load) and s.start.index == (lvl,)]
+
+
+def _hoistable(r: ir.Reduce, node: str, loop_vars: set[str], roles: dict[str, str]) -> bool:
+    """Does ``r`` read only params and inputs, at indices of the node, the loops around it and
+    its own (nested) reduction variables, with a constant range, and depend on the node?"""
+    if not (isinstance(r.start, ir.Const) and isinstance(r.stop, ir.Const)):
+        return False
+    bound = {n.var for n in ir.walk(r) if isinstance(n, ir.Reduce)}
+    names = free_names(r)
+    if node not in names or not names <= {node} | loop_vars | bound:
+        return False
+    return all(roles.get(ld.buffer) in _HOISTABLE_ROLES
+               for ld in ir.walk(r) if isinstance(ld, ir.Load))
+
+
+class _Hoister:
+    """Finds the hoistable reductions of one node loop and builds their prologue nests."""
+
+    def __init__(self, program: ir.Program, node: str, names: NameGen) -> None:
+        self.program, self.node, self.names = program, node, names
+        self.roles = {b.name: b.role for b in program.buffers}
+        self.dtypes = {b.name: b.dtype for b in program.buffers}
+        self.temps: list[ir.Buffer] = []
+        self.nests: list[ir.Stmt] = []  # prologue bodies, in terms of ``node``
+
+    def stmt(self, s: ir.Stmt, loops: tuple[ir.For, ...], lets: tuple[ir.Let, ...]) -> ir.Stmt:
+        """``s`` (inside the node loop, under ``loops`` and ``lets``) with its hoistable
+        reductions replaced by loads of their temps."""
+        if isinstance(s, ir.For):
+            if not (isinstance(s.start, ir.Const) and s.start.value == 0 and isinstance(s.stop, ir.Const)):
+                return s
+            return replace(s, body=self.stmt(s.body, loops + (s,), lets))
+        if isinstance(s, ir.Seq):
+            return ir.seq(*(self.stmt(x, loops, lets) for x in s.stmts))
+        if isinstance(s, ir.Let):
+            value = self.expr(s.value, loops, lets)
+            return ir.Let(s.var, value, self.stmt(s.body, loops, lets + (s,)))
+        if isinstance(s, ir.Store):
+            return replace(s, value=self.expr(s.value, loops, lets),
+                           index=tuple(self.expr(i, loops, lets) for i in s.index))
+        return s  # If, Alloc, Barrier, Prefetch: left alone
+
+    def expr(self, e: ir.Expr, loops: tuple[ir.For, ...], lets: tuple[ir.Let, ...]) -> ir.Expr:
+        loop_vars = {f.var for f in loops}
+        index_lets = self._index_lets(lets, loop_vars)
+        scope = loop_vars | {x.var for x in index_lets}
+
+        def f(n: ir.Node) -> ir.Node | None:
+            if isinstance(n, ir.Reduce) and _hoistable(n, self.node, scope, self.roles):
+                return self._hoist(n, loops, index_lets)
+            return None
+
+        return ir.transform(e, f)  # type: ignore[return-value]
+
+    @staticmethod
+    def _index_lets(lets: tuple[ir.Let, ...], loop_vars: set[str]) -> tuple[ir.Let, ...]:
+        """The lets that are pure functions of the loop variables (``jn = jnw * 16 + jnv``)."""
+        out, known = [], set(loop_vars)
+        for x in lets:
+            if not any(isinstance(n, ir.Load) for n in ir.walk(x.value)) and free_names(x.value) <= known:
+                out.append(x)
+                known.add(x.var)
+        return tuple(out)
+
+    def _hoist(self, r: ir.Reduce, loops: tuple[ir.For, ...], lets: tuple[ir.Let, ...]) -> ir.Expr:
+        v = ir.Var(self.node)
+        flat: ir.Expr = ir.Const(0)
+        width = 1
+        for f in loops:
+            n = ir.const_int(f.stop)
+            assert n is not None
+            flat, width = flat * n + ir.Var(f.var), width * n
+        flat = ir.simplify(flat)  # type: ignore[assignment]
+        dtype = _dtype(r, self.dtypes)
+        name = self.names.fresh("proj")
+        self.temps.append(ir.Buffer(name, dtype, (ir.Var("N"), ir.Const(width)), "temp"))
+        body: ir.Stmt = ir.Store(name, (v, flat), r)
+        used = free_names(r) | free_names(flat)
+        for x in reversed(lets):
+            if x.var in used:
+                body = ir.Let(x.var, x.value, body)
+                used |= free_names(x.value)
+        for f in reversed(loops):
+            body = replace(f, body=body)
+        self.nests.append(body)
+        return ir.Load(name, (v, flat))
+
+
+def _dtype(r: ir.Reduce, dtypes: dict[str, str]) -> str:
+    floats = {dtypes[ld.buffer] for ld in ir.walk(r) if isinstance(ld, ir.Load) and dtypes[ld.buffer] in ir.FLOAT_DTYPES}
+    return "float64" if "float64" in floats else "float32"
+
+
+def hoist_projections(program: ir.Program) -> tuple[ir.Program, int]:
+    """``program`` with every hoistable reduction of its level loops (see the module doc)
+    computed before the level loop for all the internal nodes; and how many were hoisted."""
+    names = names_of(program)
+    temps: list[ir.Buffer] = []
+    count = min_levels = 0
+
+    def visit(s: ir.Stmt) -> ir.Stmt:
+        nonlocal count, min_levels
+        if isinstance(s, ir.Seq):
+            return ir.seq(*(visit(x) for x in s.stmts))
+        if isinstance(s, (ir.Let, ir.Alloc)):
+            return replace(s, body=visit(s.body))
+        if not (isinstance(s, ir.For) and s.kind in ("serial", "unrolled")):
+            return s
+        node_loops = _level_node_loops(s)
+        first = ir.const_int(s.start)
+        if not node_loops or first is None or s.stop != ir.Var("L"):
+            return replace(s, body=visit(s.body))
+        prologue: list[ir.Stmt] = []
+        new_loops: dict[int, ir.For] = {}
+        for loop in node_loops:
+            h = _Hoister(program, loop.var, names)
+            lets, body = node_lets(loop)
+            new_body = h.stmt(body, (), ())
+            if not h.nests:
+                continue
+            for name, value in reversed(lets):
+                new_body = ir.Let(name, value, new_body)
+            new_loops[id(loop)] = replace(loop, body=new_body)
+            temps.extend(h.temps)
+            count += len(h.nests)
+            lo = ir.Load("level_offsets", (s.start,))
+            hi = ir.Load("level_offsets", (s.stop,))
+            prologue.append(renamed_binders(ir.For(loop.var, lo, hi, ir.seq(*h.nests), loop.kind), names))
+        if not prologue:
+            return s
+        body = s.body
+        stmts = body.stmts if isinstance(body, ir.Seq) else (body,)
+        level = replace(s, body=ir.seq(*(new_loops.get(id(x), x) for x in stmts)))  # type: ignore[arg-type]
+        min_levels = max(min_levels, first)
+        return ir.seq(*prologue, level)
+
+    kernels = tuple(replace(k, body=visit(k.body)) for k in program.kernels)
+    if not count:
+        return program, 0
+    # the prologue reads level_offsets[first]: the program has at least ``first`` levels
+    # (``Lowered.bind_batch`` appends empty ones to a batch with fewer)
+    sizes = tuple(replace(z, lo=max(z.lo, min_levels)) if z.name == "L" else z for z in program.sizes)
+    return replace(program, sizes=sizes, kernels=kernels, buffers=program.buffers + tuple(temps)), count
