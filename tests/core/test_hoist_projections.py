@@ -16,8 +16,9 @@ from cortex.core.lowering.schedule import ScheduleSpace
 from test_lower import CPU, SPECS, assert_close, make_batch, run_lowered, spec_families
 
 SPEC = {s.name: s for s in SPECS}
-# the zoo models whose internal case projects the node's own dense features
-FEATURE_MODELS = ("DAGRNN", "DAGRNN_tree", "SeqLSTM")
+# the zoo models whose internal case projects the node's own dense features, or a child's
+# state inside a per-child reduction (child-sum's forget gate)
+HOISTING_MODELS = ("DAGRNN", "DAGRNN_tree", "SeqLSTM", "ChildSumTreeLSTM")
 
 
 def hoisted(low) -> int:
@@ -42,7 +43,7 @@ def test_hoisted_projections_compute_what_the_levels_did(name):
     for knobs in cases:
         plain = lower(spec.graph, sp.with_knobs(hoist_projections=False, **knobs), CPU, "float64")
         hoist = lower(spec.graph, sp.with_knobs(hoist_projections=True, **knobs), CPU, "float64")
-        if name in FEATURE_MODELS and not knobs.get("refactor"):
+        if name in HOISTING_MODELS and not knobs.get("refactor") and knobs.get("fuse", True):
             assert hoisted(hoist) >= 1, (name, knobs, hoist.notes)
         for batch in batches:
             assert_close(run_lowered(hoist, spec.model.params, batch),
@@ -76,3 +77,18 @@ def test_nothing_to_hoist_leaves_the_program_unchanged():
     for knobs in ({"kernel_form": "per_level"}, {"recursive_unroll": 2}):
         dag = lower(SPEC["DAGRNN"].graph, sp.with_knobs(hoist_projections=False, **knobs), CPU).program
         assert hoist_projections(dag) == (dag, 0)
+
+
+def test_childsum_forget_gate_gemv_runs_per_child_edge_before_the_levels_nodes():
+    sp = ScheduleSpace(CPU, "float32")
+    low = lower(SPEC["ChildSumTreeLSTM"].graph, sp.with_knobs(kernel_form="single", node_jam=1, interchange=False), CPU)
+    assert hoisted(low) == 1
+    proj = [b for b in low.program.buffers if b.name.startswith("proj")]
+    assert len(proj) == 1 and proj[0].shape[0] == ir.Var("E")  # a row per child edge
+    level = next(s for s in low.program.kernel("main").body.stmts if isinstance(s, ir.For) and s.var == "l")
+    edge_loop, node_loop = level.body.stmts
+    assert edge_loop.start == ir.Load("child_offsets", (ir.Load("level_offsets", (ir.Var("l"),)),))
+    assert any(isinstance(n, ir.Store) and n.buffer == proj[0].name for n in ir.walk(edge_loop))
+    inner = [r for r in ir.walk(node_loop) if isinstance(r, ir.Reduce) and isinstance(r.start, ir.Load)
+             and r.start.buffer == "child_offsets"]
+    assert inner and not any(isinstance(r, ir.Reduce) for c in inner for r in ir.walk(c.body))

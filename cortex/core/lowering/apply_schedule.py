@@ -166,8 +166,8 @@ def apply_loop_schedule(program: ir.Program, s: Schedule, caps: Capabilities) ->
     notes: list[str] = []
     if s.hoist_projections:
         program, n = hoist_projections(program)
-        notes.append(f"hoist_projections: {n} GEMVs over a node's own input computed for every internal "
-                     "node before the level loop")
+        notes.append(f"hoist_projections: {n} GEMVs hoisted (over a node's own input: for every internal node "
+                     "before the level loop; over a child's state: for the level's child edges before its nodes)")
     if s.wide_lanes:
         program, n = shapes.widen_vector_nests(program, s.wide_lanes)
         notes.append(f"wide_lanes={s.wide_lanes}: {n} split column loops merged into one vector")

@@ -1,16 +1,16 @@
-"""Projection hoist: a GEMV over a node's own input moved out of the recursion (``hoist_projections``).
+"""Projection hoists: GEMVs that do not need the level's own results moved out of its node loop (``hoist_projections``).
 
 Pipeline position: a schedule transform (``LoopProgram -> LoopProgram``), applied first by
 ``cortex.core.lowering.apply_schedule.apply_loop_schedule`` when the ``hoist_projections`` knob is
-on, so the level interchange and the node jam shape the loop it adds like any other node loop.
-Target-neutral and pure; the tests check the result against the untransformed program on the
-interpreter.
+on, so the level interchange and the node jam shape the loops it adds like any other node loop
+(``level_interchange.is_node_loop`` knows the edge loop). Target-neutral and pure; the tests
+check the result against the untransformed program on the interpreter.
 
-A reduction in a level's node loop that reads only params and the node's own input (DAG-RNN's
-``U x_v``, any model's projection of dense node features) does not depend on the recursion.
-Inside the level loop it runs once per level on that level's few nodes and lengthens the chain
-of levels; hoisted, it runs for every internal node at once, before the level loop, where the
-node jam gets full groups (the peers do the same: one GEMM over every node up front)::
+**Over a node's own input.** A reduction in a level's node loop that reads only params and the
+node's own input (DAG-RNN's ``U x_v``, any model's projection of dense node features) does not
+depend on the recursion. Inside the level loop it runs on that level's few nodes and lengthens
+the chain of levels; hoisted, it runs for every internal node at once, before the level loop,
+where the node jam gets full groups (the peers do the same: one GEMM over every node up front)::
 
     for l in first..L:                        parallel for v' in level_offsets[first]..level_offsets[L]:
       parallel for v in level l:                for j': P[v', j'] = sum(k: W[j', k] * x[v', k])
@@ -18,12 +18,23 @@ node jam gets full groups (the peers do the same: one GEMM over every node up fr
         for j: ... sum(k: W[j, k] * x[v, k]) ...    parallel for v in level l:
                                                   lets; for j: ... P[v, j] ...
 
-``P`` is a ``temp [N, n_1 * ... * n_m]`` indexed by the node and the flattened variables of the
-loops around the reduction (each ``0..n_i``), so it is written and read in the same order. Only
-the one-kernel form's level loop (``for l in first..L``, ``first`` a constant; the program then declares ``L >= first``) is
-rewritten: a per-level program has no place
-before its levels inside a kernel, and an unrolled program (phases of work units) has no level
-loop; both are left unchanged (the count says so).
+**Over a child's state in a per-child reduction.** Child-sum TreeLSTM's forget gate
+``sum(e in child_offsets[v]..: sigmoid(... + sum(k: U_f[j, k] * h[child_ids[e], k])) * c[...])``
+runs one GEMV per child edge, one edge at a time, inside the node's block: no weight row is
+shared between edges. The inner GEMV needs only the child's row, complete before the level
+starts, so it is computed first for every child edge of the level in a loop of its own, which
+the jam groups like nodes (``Q [E, ...]``, read back as ``Q[e, j]``)::
+
+    parallel for e in child_offsets[level_offsets[l]]..child_offsets[level_offsets[l + 1]]:
+      let ce = child_ids[e]; for j: Q[e, j] = sum(k: U_f[j, k] * h[ce, k])
+    parallel for v in level l: ... sum(e in child_offsets[v]..: sigmoid(... + Q[e, j]) * ...) ...
+
+A temp is indexed by the node (edge) and the flattened variables of the loops around the
+reduction (each ``0..n_i``), so it is written and read in the same order. Only the one-kernel
+form's level loop (``for l in first..L``, ``first`` a constant; with an input hoist the program
+then declares ``L >= first``) is rewritten: a per-level program has no place before its levels
+inside a kernel, and an unrolled program (phases of work units) has no level loop; both are left
+unchanged (the count says so).
 """
 
 from __future__ import annotations
@@ -61,8 +72,37 @@ def _hoistable(r: ir.Reduce, node: str, loop_vars: set[str], roles: dict[str, st
                for ld in ir.walk(r) if isinstance(ld, ir.Load))
 
 
+def _edge_hoistable(r: ir.Reduce, edge: str, loop_vars: set[str], roles: dict[str, str]) -> bool:
+    """Does ``r`` (inside a reduction over the node's child edges, variable ``edge``) read only
+    params, inputs and the rows of the edge's child (``buf[child_ids[edge], ...]``: complete
+    before this level), with a constant range, and depend on the edge?"""
+    if not (isinstance(r.start, ir.Const) and isinstance(r.stop, ir.Const)):
+        return False
+    bound = {n.var for n in ir.walk(r) if isinstance(n, ir.Reduce)}
+    names = free_names(r)
+    if edge not in names or not names <= {edge} | loop_vars | bound:
+        return False
+    child = ir.Load("child_ids", (ir.Var(edge),))
+    for ld in ir.walk(r):
+        if not isinstance(ld, ir.Load) or roles.get(ld.buffer) in _HOISTABLE_ROLES or ld == child:
+            continue
+        if roles.get(ld.buffer) in ("output", "temp") and ld.index and ld.index[0] == child:
+            continue
+        return False
+    return True
+
+
+def _edge_vars(e: ir.Expr, node: str) -> set[str]:
+    """The variables of the reductions in ``e`` over node ``node``'s child edges."""
+    v = ir.Var(node)
+    lo, hi = ir.Load("child_offsets", (v,)), ir.Load("child_offsets", (v + 1,))
+    return {r.var for r in ir.walk(e) if isinstance(r, ir.Reduce) and r.start == lo and r.stop == hi}
+
+
 class _Hoister:
-    """Finds the hoistable reductions of one node loop and builds their prologue nests."""
+    """Finds the hoistable reductions of one node loop and builds their prologue nests: over
+    the node's input (``nests``, run before the level loop) and over a child edge's state
+    (``edge_nests``, run in the level before its nodes)."""
 
     def __init__(self, program: ir.Program, node: str, names: NameGen) -> None:
         self.program, self.node, self.names = program, node, names
@@ -70,6 +110,8 @@ class _Hoister:
         self.dtypes = {b.name: b.dtype for b in program.buffers}
         self.temps: list[ir.Buffer] = []
         self.nests: list[ir.Stmt] = []  # prologue bodies, in terms of ``node``
+        self.edge = names.fresh("e")  # the edge variable of ``edge_nests``
+        self.edge_nests: list[ir.Stmt] = []
 
     def stmt(self, s: ir.Stmt, loops: tuple[ir.For, ...], lets: tuple[ir.Let, ...]) -> ir.Stmt:
         """``s`` (inside the node loop, under ``loops`` and ``lets``) with its hoistable
@@ -93,9 +135,16 @@ class _Hoister:
         index_lets = self._index_lets(lets, loop_vars)
         scope = loop_vars | {x.var for x in index_lets}
 
+        edges = _edge_vars(e, self.node)
+
         def f(n: ir.Node) -> ir.Node | None:
-            if isinstance(n, ir.Reduce) and _hoistable(n, self.node, scope, self.roles):
-                return self._hoist(n, loops, index_lets)
+            if not isinstance(n, ir.Reduce):
+                return None
+            if _hoistable(n, self.node, scope, self.roles):
+                return self._hoist(n, self.node, loops, index_lets)
+            for en in edges:
+                if _edge_hoistable(n, en, scope, self.roles):
+                    return self._hoist(n, en, loops, index_lets)
             return None
 
         return ir.transform(e, f)  # type: ignore[return-value]
@@ -110,8 +159,10 @@ class _Hoister:
                 known.add(x.var)
         return tuple(out)
 
-    def _hoist(self, r: ir.Reduce, loops: tuple[ir.For, ...], lets: tuple[ir.Let, ...]) -> ir.Expr:
-        v = ir.Var(self.node)
+    def _hoist(self, r: ir.Reduce, row: str, loops: tuple[ir.For, ...], lets: tuple[ir.Let, ...]) -> ir.Expr:
+        """A temp with a row per node (``row`` the node) or per child edge (``row`` an edge
+        variable), the nest that fills it, and the load that replaces ``r``."""
+        per_edge = row != self.node
         flat: ir.Expr = ir.Const(0)
         width = 1
         for f in loops:
@@ -121,8 +172,9 @@ class _Hoister:
         flat = ir.simplify(flat)  # type: ignore[assignment]
         dtype = _dtype(r, self.dtypes)
         name = self.names.fresh("proj")
-        self.temps.append(ir.Buffer(name, dtype, (ir.Var("N"), ir.Const(width)), "temp"))
-        body: ir.Stmt = ir.Store(name, (v, flat), r)
+        self.temps.append(ir.Buffer(name, dtype, (ir.Var("E" if per_edge else "N"), ir.Const(width)), "temp"))
+        value = ir.substitute(r, {row: ir.Var(self.edge)}) if per_edge else r
+        body: ir.Stmt = ir.Store(name, (ir.Var(self.edge if per_edge else row), flat), value)  # type: ignore[arg-type]
         used = free_names(r) | free_names(flat)
         for x in reversed(lets):
             if x.var in used:
@@ -130,8 +182,22 @@ class _Hoister:
                 used |= free_names(x.value)
         for f in reversed(loops):
             body = replace(f, body=body)
-        self.nests.append(body)
-        return ir.Load(name, (v, flat))
+        (self.edge_nests if per_edge else self.nests).append(body)
+        return ir.Load(name, (ir.Var(row), flat))
+
+    def edge_loop(self, level: ir.Expr, kind: str) -> ir.For:
+        """The loop over the child edges of level ``level``'s nodes running ``edge_nests``, the
+        edge's child bound first (as a node loop binds its children)."""
+        e, child = ir.Var(self.edge), self.names.fresh("ce")
+        load = ir.Load("child_ids", (e,))
+
+        def bind(n: ir.Node) -> ir.Node | None:
+            return ir.Var(child) if n == load else None
+
+        body = ir.transform(ir.seq(*self.edge_nests), bind)
+        lo = ir.Load("child_offsets", (ir.Load("level_offsets", (level,)),))
+        hi = ir.Load("child_offsets", (ir.Load("level_offsets", (level + 1,)),))
+        return ir.For(self.edge, lo, hi, ir.Let(child, load, body), kind)  # type: ignore[arg-type]
 
 
 def _dtype(r: ir.Reduce, dtypes: dict[str, str]) -> str:
@@ -164,21 +230,27 @@ def hoist_projections(program: ir.Program) -> tuple[ir.Program, int]:
             h = _Hoister(program, loop.var, names)
             lets, body = node_lets(loop)
             new_body = h.stmt(body, (), ())
-            if not h.nests:
+            if not (h.nests or h.edge_nests):
                 continue
             for name, value in reversed(lets):
                 new_body = ir.Let(name, value, new_body)
-            new_loops[id(loop)] = replace(loop, body=new_body)
+            new_loop: ir.Stmt = replace(loop, body=new_body)
+            if h.edge_nests:
+                new_loop = ir.seq(renamed_binders(h.edge_loop(ir.Var(s.var), loop.kind), names), new_loop)
+            new_loops[id(loop)] = new_loop
             temps.extend(h.temps)
-            count += len(h.nests)
-            lo = ir.Load("level_offsets", (s.start,))
-            hi = ir.Load("level_offsets", (s.stop,))
-            prologue.append(renamed_binders(ir.For(loop.var, lo, hi, ir.seq(*h.nests), loop.kind), names))
-        if not prologue:
+            count += len(h.nests) + len(h.edge_nests)
+            if h.nests:
+                lo = ir.Load("level_offsets", (s.start,))
+                hi = ir.Load("level_offsets", (s.stop,))
+                prologue.append(renamed_binders(ir.For(loop.var, lo, hi, ir.seq(*h.nests), loop.kind), names))
+        if not new_loops:
             return s
         body = s.body
         stmts = body.stmts if isinstance(body, ir.Seq) else (body,)
         level = replace(s, body=ir.seq(*(new_loops.get(id(x), x) for x in stmts)))  # type: ignore[arg-type]
+        if not prologue:
+            return level
         min_levels = max(min_levels, first)
         return ir.seq(*prologue, level)
 

@@ -50,7 +50,9 @@ preference in ``Capabilities.preferred`` and the rule takes it when it is legal.
                        below as one work unit, one barrier per pair of levels
                        (``linearize.units`` builds the units per call)
 ``hoist_projections``  a level's GEMVs over the node's own input computed for every internal node
-                       before the level loop (``lowering.hoist_projections``)
+                       before the level loop, and those over a child's state in a per-child
+                       reduction for the level's child edges before its nodes
+                       (``lowering.hoist_projections``)
 =====================  ========================================================================
 """
 
@@ -202,8 +204,8 @@ def space_knobs(caps: Capabilities, dtype: str) -> tuple[tuple[Knob, ...], tuple
         knob("recursive_unroll", (1, 2), 1, "levels per step: a parent computed with its children by "
              "one worker, one barrier per step (1 = off)", "off: one step per level"),
         knob("hoist_projections", (False, True) if cpu else (False,), cpu, "GEMVs over a node's own "
-             "input computed for every internal node before the level loop",
-             "on: one data-parallel phase instead of a GEMV per node inside every level" if cpu
+             "input (or a child's state in a per-child reduction) computed before the level (its nodes)",
+             "on: data-parallel phases the node jam fills, not a GEMV per node (per child)" if cpu
              else "a grid target: the one-kernel program would need another grid barrier"),
     )
     constraints = (
