@@ -70,6 +70,7 @@ class Schedule:
     refactor: bool = False
     recursive_unroll: int = 1
     hoist_projections: bool = False
+    row_jam: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
