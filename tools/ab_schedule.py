@@ -24,8 +24,11 @@ from pathlib import Path
 
 import numpy as np
 
-import cortex
-from cortex.bench.workloads import GroupKey, build_model, make_inputs, model_spec
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import cortex  # noqa: E402
+from benchmarks.common import environment, write_json  # noqa: E402
+from cortex.bench.workloads import GroupKey, build_model, make_inputs, model_spec  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,14 +73,9 @@ def main(argv: list[str] | None = None) -> int:
         results.append(row)
         print(f"{args.model} b{b}: " + ", ".join(f"{n} {med[n]:.3f} ms ({med[n] / med['default']:.2f}x, "
               f"diff {diff[n]:.1e})" for n in med), file=sys.stderr)
-    doc = {"model": args.model, "target": args.target, "hidden": args.hidden, "tokens": args.tokens,
-           "variants": variants, "rounds": args.rounds, "results": results,
-           "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    text = json.dumps(doc, indent=2)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
-    else:
-        print(text)
+    write_json({"model": args.model, "target": args.target, "hidden": args.hidden, "tokens": args.tokens,
+                "variants": variants, "rounds": args.rounds, "results": results, "environment": environment(),
+                "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, args.out)
     return 0
 
 

@@ -59,28 +59,27 @@ def _level_node_loops(level: ir.For) -> list[ir.For]:
             and isinstance(s.start, ir.Load) and s.start.index == (lvl,)]
 
 
-def _hoistable(r: ir.Reduce, node: str, loop_vars: set[str], roles: dict[str, str]) -> bool:
-    """Does ``r`` read only params and inputs, at indices of the node, the loops around it and
-    its own (nested) reduction variables, with a constant range, and depend on the node?"""
+def _over(r: ir.Reduce, row: str, loop_vars: set[str]) -> bool:
+    """Has ``r`` a constant range, and does it depend on ``row`` (a node or an edge variable)
+    and otherwise only on the loops around it and its own (nested) reduction variables?"""
     if not (isinstance(r.start, ir.Const) and isinstance(r.stop, ir.Const)):
         return False
     bound = {n.var for n in ir.walk(r) if isinstance(n, ir.Reduce)}
     names = free_names(r)
-    if node not in names or not names <= {node} | loop_vars | bound:
-        return False
-    return all(roles.get(ld.buffer) in _HOISTABLE_ROLES
-               for ld in ir.walk(r) if isinstance(ld, ir.Load))
+    return row in names and names <= {row} | loop_vars | bound
+
+
+def _hoistable(r: ir.Reduce, node: str, loop_vars: set[str], roles: dict[str, str]) -> bool:
+    """Is ``r`` over the node (:func:`_over`) and does it read only params and inputs?"""
+    return _over(r, node, loop_vars) and all(roles.get(ld.buffer) in _HOISTABLE_ROLES
+                                             for ld in ir.walk(r) if isinstance(ld, ir.Load))
 
 
 def _edge_hoistable(r: ir.Reduce, edge: str, loop_vars: set[str], roles: dict[str, str]) -> bool:
-    """Does ``r`` (inside a reduction over the node's child edges, variable ``edge``) read only
-    params, inputs and the rows of the edge's child (``buf[child_ids[edge], ...]``: complete
-    before this level), with a constant range, and depend on the edge?"""
-    if not (isinstance(r.start, ir.Const) and isinstance(r.stop, ir.Const)):
-        return False
-    bound = {n.var for n in ir.walk(r) if isinstance(n, ir.Reduce)}
-    names = free_names(r)
-    if edge not in names or not names <= {edge} | loop_vars | bound:
+    """Is ``r`` (inside a reduction over the node's child edges, variable ``edge``) over the
+    edge (:func:`_over`), and does it read only params, inputs and the rows of the edge's child
+    (``buf[child_ids[edge], ...]``: complete before this level)?"""
+    if not _over(r, edge, loop_vars):
         return False
     child = ir.Load("child_ids", (ir.Var(edge),))
     for ld in ir.walk(r):
