@@ -92,3 +92,26 @@ def test_childsum_forget_gate_gemv_runs_per_child_edge_before_the_levels_nodes()
     inner = [r for r in ir.walk(node_loop) if isinstance(r, ir.Reduce) and isinstance(r.start, ir.Load)
              and r.start.buffer == "child_offsets"]
     assert inner and not any(isinstance(r, ir.Reduce) for c in inner for r in ir.walk(c.body))
+
+
+def test_the_input_projection_runs_in_chunks_of_nodes():
+    """More internal nodes than a chunk (two grids of 400 and 90 cells): several chunks, each a
+    node loop annotated "nodes" that the interchange and the jam reshape; the same states."""
+    from cortex.core.linearize import Grid
+    from cortex.core.linearize import linearize
+    from cortex.core.lowering.hoist_projections import CHUNK_NODES
+
+    spec = SPEC["DAGRNN"]
+    rng = np.random.default_rng(8)
+    grids = [Grid(20, 20, features=rng.normal(size=(400, 5))), Grid(3, 30, features=rng.normal(size=(90, 5)))]
+    batch = linearize(grids, arity=None, feature_dim=5, cache=False)
+    assert batch.num_nodes - 2 > CHUNK_NODES
+    sp = ScheduleSpace(CPU, "float64")
+    for knobs in ({}, {"interchange": True, "node_jam": 4, "hidden_jam": 2}):
+        plain = lower(spec.graph, sp.with_knobs(hoist_projections=False, **knobs), CPU, "float64")
+        hoist = lower(spec.graph, sp.with_knobs(hoist_projections=True, **knobs), CPU, "float64")
+        loops = [n for n in ir.walk(hoist.program.kernel("main").body) if isinstance(n, ir.For)]
+        assert any(n.var.startswith("proj_chunk") for n in loops)
+        assert any("nodes" in n.annotations for n in loops) == (not knobs)  # the jam replaces the node loop
+        assert_close(run_lowered(hoist, spec.model.params, batch), run_lowered(plain, spec.model.params, batch),
+                     "float64", f"chunks {knobs}")
