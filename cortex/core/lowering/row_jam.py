@@ -38,10 +38,30 @@ from cortex.core.lowering.transforms import rewrite_loops
 
 
 def _is_row_loop(loop: ir.For) -> bool:
+    """A row loop around a vector loop whose reductions read a vector shared by the rows (a
+    load that varies with the lanes, not with the row: the child matrix's row ``M[ch, k, j]``).
+    A GEMV's blocks of hidden units (each row block its own weight vectors, the node's vector
+    broadcast) are the node jam's, not this one's."""
     body = loop.body
-    return (loop.kind == "serial" and ir.const_int(loop.start) == 0 and ir.const_int(loop.stop) is not None
-            and isinstance(body, ir.For) and body.kind == "vectorized"
-            and any(isinstance(n, ir.Reduce) for n in ir.walk(body)))
+    if not (loop.kind == "serial" and ir.const_int(loop.start) == 0 and ir.const_int(loop.stop) is not None
+            and isinstance(body, ir.For) and body.kind == "vectorized"):
+        return False
+    row, lane = {loop.var}, {body.var}
+    for n in ir.walk(body.body):
+        if isinstance(n, ir.Let):
+            names = fuse.free_names(n.value)
+            if names & row:
+                row.add(n.var)
+            if names & lane:
+                lane.add(n.var)
+    for r in ir.walk(body):
+        if isinstance(r, ir.Reduce):
+            for ld in ir.walk(r.body):
+                if isinstance(ld, ir.Load):
+                    names = fuse.free_names(ld)
+                    if names & lane and not names & row:
+                        return True
+    return False
 
 
 def jam_rows_of(node_loop: ir.For, opts: JamOptions, program: ir.Program, names) -> tuple[ir.For, int]:
