@@ -29,7 +29,8 @@ def test_jammed_rows_compute_what_the_rows_did(knobs, rows):
     sp = ScheduleSpace(WIDE_CPU, "float64")
     plain = lower(MV32.graph, sp.with_knobs(row_jam=1, **knobs), WIDE_CPU, "float64")
     jammed = lower(MV32.graph, sp.with_knobs(row_jam=rows, **knobs), WIDE_CPU, "float64")
-    assert any(n.startswith(f"row_jam={rows}: ") and not n.startswith(f"row_jam={rows}: 0 ") for n in jammed.notes)
+    if knobs.get("wide_lanes"):  # the matrix nest's columns one vector: its row loop is jammed
+        assert any(n.startswith(f"row_jam={rows}: ") and not n.startswith(f"row_jam={rows}: 0 ") for n in jammed.notes)
     for batch in batches:
         assert_close(run_lowered(jammed, MV32.model.params, batch), run_lowered(plain, MV32.model.params, batch),
                      "float64", f"rows={rows} {knobs}")
