@@ -1,6 +1,7 @@
 """Where the time of one ``llvm`` call goes: per level and per thread, work vs barrier wait.
 
-Compiles the zoo's TreeLSTM (vocab 20000, embed = hidden) for target ``llvm`` with
+Compiles a zoo model (``--model``, default TreeLSTM, vocab 20000, embed = hidden; the other
+models with the benchmark's sizes and inputs, ``cortex.bench.workloads``) for target ``llvm`` with
 ``profile=True`` (a build that reads the cycle counter at every barrier, see
 ``cortex.plugins.cpu_llvm.codegen.generate``), runs it on the benchmark's parse-like trees and
 prints, for the median call of ``--reps``, each level's node count and, per thread, the time it
@@ -9,6 +10,7 @@ computed before the level's barrier and the time it waited there (microseconds).
 Usage::
 
     python tools/llvm_profile.py --batch 1 --hidden 256 [--threads 2] [--reps 200]
+    python tools/llvm_profile.py --model DAGRNN --batch 10 --tokens 30
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ def main(argv: list[str] | None = None) -> None:
     from cortex.models import TreeLSTM
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="TreeLSTM")
+    ap.add_argument("--tokens", type=int, default=30, help="input size for a model other than TreeLSTM")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--threads", type=int, default=0)
@@ -36,9 +40,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--shared-us", type=float, default=25.0,
                     help="a barrier wait above this (us) flags a call as disturbed")
     a = ap.parse_args(argv)
-    model = TreeLSTM(vocab=20000, embed=a.hidden, hidden=a.hidden)
+    if a.model == "TreeLSTM":
+        model = TreeLSTM(vocab=20000, embed=a.hidden, hidden=a.hidden)
+        trees = make_trees(a.seed, a.batch, 20, 40, 20000)
+    else:
+        from cortex.bench.workloads import GroupKey, build_model, make_inputs, model_spec
+
+        model = build_model(GroupKey(a.model, a.hidden, None, 20000, a.seed))
+        width = model.params["U"].shape[1] if a.model == "DAGRNN" else model_spec(a.model).hidden(a.hidden)
+        trees = make_inputs(a.model, a.tokens, a.batch, vocab=20000, width=width, seed=a.seed).structures
     exe = cortex.compile(model, target="llvm", threads=a.threads, profile=True)
-    trees = make_trees(a.seed, a.batch, 20, 40, 20000)
     lin = exe.linearize(trees)
     offs = np.diff(np.asarray(lin.level_offsets)) if hasattr(lin, "level_offsets") else None
     prog = exe.artifact

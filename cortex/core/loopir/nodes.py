@@ -45,9 +45,11 @@ BOOL = "bool"
 FLOAT_DTYPES = ("float32", "float64")
 DTYPES = (INT, BOOL) + FLOAT_DTYPES
 LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled", "gpu_group", "gpu_thread")
-#: Hints a schedule puts on a loop for the renderer (semantics unchanged): "cold" = rarely run
-#: (a jammed level's fallback), keep its code small rather than fast.
-LOOP_ANNOTATIONS = ("cold",)
+#: Hints a schedule puts on a loop (semantics unchanged): "cold" = rarely run (a jammed level's
+#: fallback), keep its code small rather than fast (for the renderer); "nodes" = its iterations
+#: are independent nodes (or child edges) of the recursion, each writing its own rows, like a
+#: level's node loop (for the node-loop transforms: ``lowering.level_interchange.is_node_loop``).
+LOOP_ANNOTATIONS = ("cold", "nodes")
 #: Launch settings a schedule records on a program for the runtime (``Program.launch``):
 #: "threads" (CPU worker threads of a call), "single_group_nodes" (inputs of at most this many
 #: nodes run as one work-group launch where the backend derives that form), "kernel_form".
@@ -318,8 +320,9 @@ class For(Stmt):
     group execute the body alike (same values, same stores) except that the cross-lane
     ``Reduce`` nodes of the same width inside it split their ranges over the lanes.
 
-    ``annotations`` (from ``LOOP_ANNOTATIONS``) are hints to the renderer that change nothing
-    the loop computes: ``"cold"`` marks a loop that rarely runs, whose code should be small.
+    ``annotations`` (from ``LOOP_ANNOTATIONS``) are hints that change nothing the loop
+    computes: ``"cold"`` marks a loop that rarely runs, whose code should be small; ``"nodes"``
+    a loop over independent nodes (or child edges) that is not a level's own node loop.
     """
 
     var: str

@@ -46,8 +46,10 @@ from cortex.core.lowering import loop_shapes as shapes
 from cortex.core.lowering import transforms as lt
 from cortex.core import loopir as ir
 from cortex.core.plugin.capabilities import Capabilities
+from cortex.core.lowering.hoist_projections import hoist_projections
 from cortex.core.lowering.jam import JamOptions, jam_levels, stages
 from cortex.core.lowering.level_interchange import interchange_levels
+from cortex.core.lowering.row_jam import jam_rows
 from cortex.core.lowering.schedule import Schedule
 from cortex.core.lowering.state_layout import block_nodes, node_buffers
 
@@ -154,14 +156,20 @@ def apply_loop_schedule(program: ir.Program, s: Schedule, caps: Capabilities) ->
     """The loop-shape knobs, in this order, each a pure ``LoopProgram -> LoopProgram``
     transform checked against its input on the interpreter in the tests:
 
+    ``hoist_projections``  ``hoist_projections.hoist_projections`` (GEMVs over a node's input)
     ``wide_lanes``      ``loop_shapes.widen_vector_nests`` (matrix nests' column loops)
     ``hidden_jam``      ``loop_shapes.block_hidden_loops`` (only with a node jam)
     ``interchange``     ``level_interchange.interchange_levels``
     ``node_jam`` & co.  ``jam.jam_levels`` (groups of nodes, fused reductions)
+    ``row_jam``         ``row_jam.jam_rows`` (rows of a node's matrix nest, node loops not jammed)
     ``prefetch``        ``loop_shapes.insert_prefetches`` (gathered table rows)
     ``node_chunk``      ``loop_shapes.chunk_nodes`` (parallel node loops not jammed)
     """
     notes: list[str] = []
+    if s.hoist_projections:
+        program, n = hoist_projections(program)
+        notes.append(f"hoist_projections: {n} GEMVs hoisted (over a node's own input: for every internal node "
+                     "before the level loop; over a child's state: for the level's child edges before its nodes)")
     if s.wide_lanes:
         program, n = shapes.widen_vector_nests(program, s.wide_lanes)
         notes.append(f"wide_lanes={s.wide_lanes}: {n} split column loops merged into one vector")
@@ -184,6 +192,13 @@ def apply_loop_schedule(program: ir.Program, s: Schedule, caps: Capabilities) ->
                      f"{'/'.join(str(m) for m, _ in stages(s.node_jam, s.jam_pad))} nodes, "
                      f"{s.hidden_jam} hidden units, fused loops of at most {s.jam_accumulators} accumulators, "
                      f"{s.jam_unroll} steps a trip")
+    if s.row_jam > 1:
+        lanes = caps.vector_lanes(_itemsize(_float_dtype(program)))
+        program, n = jam_rows(program, JamOptions(nodes=s.row_jam, pad=s.jam_pad, accumulators=s.jam_accumulators,
+                                                  register_lanes=lanes if lanes > 1 else s.hidden_jam,
+                                                  unroll=s.jam_unroll, interleave=s.jam_interleave))
+        notes.append(f"row_jam={s.row_jam}: {n} matrix nests' row loops jammed in groups of "
+                     f"{'/'.join(str(m) for m, _ in stages(s.row_jam, s.jam_pad))} rows")
     if s.prefetch:
         program, n = shapes.insert_prefetches(program, s.prefetch)
         notes.append(f"prefetch={s.prefetch}: {n} node loops prefetch gathered rows {s.prefetch} nodes ahead")

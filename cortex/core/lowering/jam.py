@@ -171,13 +171,25 @@ def jam_node_loop(loop: ir.For, opts: JamOptions, program: ir.Program, names: Na
     envs: list[dict[str, ir.Expr]] = []
     binds: list[tuple[str, ir.Expr]] = [(vs[0].name, v0)] + [(vs[q].name, ir.minimum(v0 + q, hi - 1))
                                                             for q in range(1, M)]
+    # a let that does not depend on the node (a row jam's node lets: ``row_jam``) is bound
+    # once and shared, so the group's loads through it are one load
+    per_node = {loop.var}
+    for name, value in lets:
+        if fuse.free_names(value) & per_node:
+            per_node.add(name)
+    shared: dict[str, ir.Expr] = {}
     for q in range(M):
         env: dict[str, ir.Expr] = {loop.var: vs[q]}
         for name, value in lets:
+            if name not in per_node and name in shared:
+                env[name] = shared[name]
+                continue
             v = ir.substitute(value, env)
             var = ir.Var(names.fresh(f"{name}_{q}"), ir.infer_dtype(v, dtypes))  # type: ignore[arg-type]
             env[name] = var
             binds.append((var.name, v))  # type: ignore[arg-type]
+            if name not in per_node:
+                shared[name] = var
         envs.append(env)
 
     def group(m: int) -> ir.Stmt:
@@ -195,7 +207,7 @@ def jam_node_loop(loop: ir.For, opts: JamOptions, program: ir.Program, names: Na
     step: ir.Stmt = ir.seq(ir.For(fv, v0, v0 + 1, plain, "serial", annotations=("cold",)),  # type: ignore[arg-type]
                            ir.Store(cursor, (ir.Const(0),), v0 + 1))
     for m, least in reversed(stages(M, pad)):
-        tests = [ir.substitute(cond, envs[q]) for q in range(m) for cond in conds]
+        tests = list(dict.fromkeys(ir.substitute(cond, envs[q]) for q in range(m) for cond in conds))
         if m > 1:
             tests.insert(0, ir.Cmp(">=", left, ir.Const(least)))
         step = group(m) if not tests else ir.If(_land(tests), group(m), step)  # type: ignore[arg-type]

@@ -39,8 +39,12 @@ def _has(node: ir.Node, kind: type) -> bool:
 
 
 def is_node_loop(loop: ir.For) -> bool:
-    """The loop over the nodes of one level (``level_offsets[l]..level_offsets[l+1]``) or over
-    the leaves (``0..NL``): by the linearizer's contract its iterations are independent."""
+    """The loop over the nodes of one level (``level_offsets[l]..level_offsets[l+1]``), over
+    the leaves (``0..NL``), or one annotated ``"nodes"`` (``hoist_projections``' loops over
+    internal nodes and over a level's child edges, each filling its own rows): by the
+    linearizer's contract its iterations are independent."""
+    if "nodes" in loop.annotations:
+        return True
     s, t = loop.start, loop.stop
     if isinstance(s, ir.Load) and isinstance(t, ir.Load):
         return s.buffer == t.buffer == "level_offsets"
@@ -82,7 +86,8 @@ def interchange_node_loop(loop: ir.For) -> list[ir.For] | None:
         for name, value in reversed(lets):
             nested = ir.Let(name, value, nested)
         out.append(ir.For(inner.var, inner.start, inner.stop,
-                          ir.For(loop.var, loop.start, loop.stop, nested, "serial"), "parallel"))
+                          ir.For(loop.var, loop.start, loop.stop, nested, "serial", annotations=loop.annotations),
+                          "parallel"))
     return out
 
 

@@ -70,6 +70,8 @@ class Schedule:
     refactor: bool = False
     recursive_unroll: int = 1
     bf16_dot: str = "widen"
+    hoist_projections: bool = False
+    row_jam: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

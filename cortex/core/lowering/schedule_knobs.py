@@ -51,6 +51,12 @@ preference in ``Capabilities.preferred`` and the rule takes it when it is legal.
                        (``linearize.units`` builds the units per call)
 ``bf16_dot``           how kernels read ``weights="bfloat16"`` matrices: "widen" each element,
                        or "pairs" (``bfloat16_pairs`` storage: two reduction rows per word)
+``hoist_projections``  a level's GEMVs over the node's own input computed for every internal node
+                       before the level loop, and those over a child's state in a per-child
+                       reduction for the level's child edges before its nodes
+                       (``lowering.hoist_projections``)
+``row_jam``            rows of a node's matrix nest computed together, sharing each vector load
+                       (1 = off; ``lowering.row_jam``)
 =====================  ========================================================================
 """
 
@@ -203,6 +209,13 @@ def space_knobs(caps: Capabilities, dtype: str) -> tuple[tuple[Knob, ...], tuple
              "one worker, one barrier per step (1 = off)", "off: one step per level"),
         knob("bf16_dot", caps.bf16_dot if "bfloat16" in caps.weight_storage else ("widen",), "widen",
              "how kernels read bfloat16 weights (weights='bfloat16')", "widen each element"),
+        knob("hoist_projections", (False, True) if cpu else (False,), cpu, "GEMVs over a node's own "
+             "input (or a child's state in a per-child reduction) computed before the level (its nodes)",
+             "on: data-parallel phases the node jam fills, not a GEMV per node (per child)" if cpu
+             else "a grid target: the one-kernel program would need another grid barrier"),
+        knob("row_jam", (1, 2, 4, 8) if cpu else (1,), 4 if cpu else 1, "rows of a node's matrix nest per "
+             "jammed group (1 = off)", "4 rows: a 64-wide row in four registers, four rows fill 16 of the "
+             "accumulators" if cpu else "no jam on a grid target"),
     )
     constraints = (
         Constraint("tile_hidden must be 0 or a multiple of vector_width",

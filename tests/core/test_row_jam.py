@@ -1,0 +1,70 @@
+"""The ``row_jam`` knob (``cortex.core.lowering.row_jam``): rows of a node's matrix nest jammed,
+checked on the interpreter against the program without it, and the shape it gives."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from cortex.core import loopir as ir
+import cortex.models as M
+from cortex.core.lowering.jam import JamOptions
+from cortex.core.lowering.lower import lower
+from cortex.core.lowering.row_jam import jam_rows
+from cortex.core.lowering.schedule import ScheduleSpace
+from test_lower import CPU, SPECS, V, Spec, assert_close, make_batch, run_lowered, spec_families
+
+WIDE_CPU = replace(CPU, vector_bits=512)
+MV32 = Spec("MVRNN32", lambda dt: M.MVRNN(hidden=32, vocab=V, dtype=dt, seed=8))
+
+
+@pytest.mark.parametrize("knobs", [{}, {"wide_lanes": 64}, {"wide_lanes": 64, "jam_pad": False, "jam_unroll": 2},
+                                   {"state_layout": "node_blocked", "state_block": 4}, {"node_chunk": 2}])
+@pytest.mark.parametrize("rows", [2, 4, 8])
+def test_jammed_rows_compute_what_the_rows_did(knobs, rows):
+    rng = np.random.default_rng(2)
+    batches = [make_batch(MV32, items, rng) for items in spec_families(MV32, rng).values()]
+    sp = ScheduleSpace(WIDE_CPU, "float64")
+    plain = lower(MV32.graph, sp.with_knobs(row_jam=1, **knobs), WIDE_CPU, "float64")
+    jammed = lower(MV32.graph, sp.with_knobs(row_jam=rows, **knobs), WIDE_CPU, "float64")
+    if knobs.get("wide_lanes"):  # the matrix nest's columns one vector: its row loop is jammed
+        assert any(n.startswith(f"row_jam={rows}: ") and not n.startswith(f"row_jam={rows}: 0 ") for n in jammed.notes)
+    for batch in batches:
+        assert_close(run_lowered(jammed, MV32.model.params, batch), run_lowered(plain, MV32.model.params, batch),
+                     "float64", f"rows={rows} {knobs}")
+
+
+@pytest.mark.parametrize("name", [s.name for s in SPECS])
+def test_every_zoo_model_is_unchanged_in_value_by_the_row_jam(name):
+    spec = next(s for s in SPECS if s.name == name)
+    rng = np.random.default_rng(4)
+    batches = [make_batch(spec, items, rng) for items in spec_families(spec, rng).values()]
+    sp = ScheduleSpace(WIDE_CPU, "float64")
+    plain = lower(spec.graph, sp.with_knobs(row_jam=1, node_jam=1), WIDE_CPU, "float64")
+    jammed = lower(spec.graph, sp.with_knobs(row_jam=4, node_jam=1), WIDE_CPU, "float64")
+    for batch in batches:
+        assert_close(run_lowered(jammed, spec.model.params, batch), run_lowered(plain, spec.model.params, batch),
+                     "float64", name)
+
+
+def test_the_matrix_rows_share_each_child_vector_load():
+    """MV-RNN's ``M = W_M [A; B]``: a group of four rows loads each step's child vector once
+    (the node's child lets are bound once for the group, not once per row)."""
+    sp = ScheduleSpace(WIDE_CPU, "float32")
+    low = lower(MV32.graph, sp.with_knobs(row_jam=1, wide_lanes=64), WIDE_CPU)
+    program, n = jam_rows(low.program, JamOptions(nodes=4, register_lanes=16))
+    assert n >= 1
+    fmas = [c for c in ir.walk(program.kernel("main").body) if isinstance(c, ir.Call) and c.fn == "fma"]
+    child_vectors = {a for c in fmas for a in c.args if isinstance(a, ir.Load) and a.buffer == "M"}
+    rows = {a for c in fmas for a in c.args if isinstance(a, ir.Load) and a.buffer == "W_M"}
+    assert child_vectors and len(rows) >= 4 * len({ld.index[1] for ld in child_vectors})
+    assert len(child_vectors) < len(rows)
+
+
+def test_off_or_nothing_to_jam_leaves_the_program_unchanged():
+    sp = ScheduleSpace(WIDE_CPU, "float32")
+    low = lower(next(s for s in SPECS if s.name == "TreeGRU").graph, sp.with_knobs(row_jam=1), WIDE_CPU)
+    assert jam_rows(low.program, JamOptions(nodes=1)) == (low.program, 0)
+    assert jam_rows(low.program, JamOptions(nodes=4))[1] == 0  # its node loops are jammed already
