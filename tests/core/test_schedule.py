@@ -24,7 +24,8 @@ def test_knob_names_are_the_ones_the_lowering_reads():
                           "kernel_form", "leaf_specialization", "fuse", "threads", "reduce_lanes",
                           "interchange", "node_jam", "jam_pad", "jam_accumulators", "jam_unroll", "jam_interleave",
                           "hidden_jam", "weight_block", "wide_lanes", "prefetch", "node_chunk", "hidden_tiles",
-                          "single_group_nodes", "state_layout", "state_block", "refactor", "recursive_unroll")
+                          "single_group_nodes", "state_layout", "state_block", "refactor", "recursive_unroll",
+                          "panel_kib")
     assert tuple(k.name for k in ScheduleSpace(CPU).knobs) == KNOB_NAMES
 
 

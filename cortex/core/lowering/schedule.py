@@ -69,6 +69,7 @@ class Schedule:
     state_block: int = 8
     refactor: bool = False
     recursive_unroll: int = 1
+    panel_kib: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

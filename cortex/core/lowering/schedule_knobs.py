@@ -49,6 +49,9 @@ preference in ``Capabilities.preferred`` and the rule takes it when it is legal.
 ``recursive_unroll``   levels per step (1 = off): 2 runs a parent with its children of the level
                        below as one work unit, one barrier per pair of levels
                        (``linearize.units`` builds the units per call)
+``panel_kib``          an interchanged level whose nodes gather more than this many KiB of rows
+                       in their reductions runs in blocks of nodes that gather at most this
+                       much (``lowering.level_blocks``; 0 = the whole level at once)
 =====================  ========================================================================
 """
 
@@ -123,6 +126,13 @@ def space_knobs(caps: Capabilities, dtype: str) -> tuple[tuple[Knob, ...], tuple
     group_nodes = 256 * max(1, caps.num_cores // 2) if cpu else 8
     group_rule = ("256 nodes per two compute units (measured on PoCL's CPU device, docs/opencl.md)" if cpu
                   else "8 nodes: one work-group is one of many compute units")
+    # a level's panel of gathered rows: a core's cache, so only a level whose rows would not stay
+    # there while the hidden blocks pass over them is cut (lowering.level_blocks)
+    cache_kib = caps.cache_bytes_per_core // 1024
+    panel = 1 << (cache_kib.bit_length() - 1) if cache_kib >= 64 else 0
+    panels = _with((0, 256, 512, 1024, 2048, 4096), panel)
+    panel_rule = (f"a core's {cache_kib} KiB cache (a power of two)" if panel
+                  else "off: the cache size is unknown")
     jam = {"active": lambda s: s["node_jam"] > 1, "needs": ("node_jam",), "when": "node_jam > 1"}
 
     def hidden_jam(r: Mapping[str, Any]) -> tuple[int, str]:
@@ -199,6 +209,10 @@ def space_knobs(caps: Capabilities, dtype: str) -> tuple[tuple[Knob, ...], tuple
              "in the children's steps", "off: the parent computes them"),
         knob("recursive_unroll", (1, 2), 1, "levels per step: a parent computed with its children by "
              "one worker, one barrier per step (1 = off)", "off: one step per level"),
+        knob("panel_kib", panels if cpu else (0,), panel if cpu else 0,
+             "KiB of gathered rows per block of an interchanged level's nodes (0 = whole levels)",
+             panel_rule if cpu else "no interchanged levels here",
+             active=lambda s: s["interchange"], needs=("interchange",), when="interchange"),
     )
     constraints = (
         Constraint("tile_hidden must be 0 or a multiple of vector_width",
