@@ -8,12 +8,13 @@ computed before the level's barrier and the time it waited there (microseconds).
 
 Usage::
 
-    python tools/llvm_profile.py --batch 1 --hidden 256 [--threads 2] [--reps 200]
+    python tools/llvm_profile.py --batch 1 --hidden 256 [--threads 2] [--reps 200] [--schedule '{"panel_kib": 0}']
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -33,11 +34,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--reps", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--schedule", default="", help="JSON of schedule knobs over the default rules")
     ap.add_argument("--shared-us", type=float, default=25.0,
                     help="a barrier wait above this (us) flags a call as disturbed")
     a = ap.parse_args(argv)
     model = TreeLSTM(vocab=20000, embed=a.hidden, hidden=a.hidden)
-    exe = cortex.compile(model, target="llvm", threads=a.threads, profile=True)
+    schedule = json.loads(a.schedule) if a.schedule else "default"
+    exe = cortex.compile(model, target="llvm", threads=a.threads, profile=True, schedule=schedule)
     trees = make_trees(a.seed, a.batch, 20, 40, 20000)
     lin = exe.linearize(trees)
     offs = np.diff(np.asarray(lin.level_offsets)) if hasattr(lin, "level_offsets") else None

@@ -181,9 +181,8 @@ def apply_loop_schedule(program: ir.Program, s: Schedule, caps: Capabilities) ->
                       interleave=s.jam_interleave)
     blocked = 0
     if s.interchange and s.panel_kib:
-        budget = caps.cache_bytes_per_core * max(1, s.threads)  # each thread's share fits a core's cache
         program, blocked = block_levels(program, s.panel_kib * 1024, opts if jam else None,
-                                         weight_budget=budget)
+                                         chunks=max(1, s.threads))
         notes.append(f"panel_kib={s.panel_kib}: {blocked} interchanged level loops run in blocks of nodes "
                      f"gathering at most {s.panel_kib} KiB of rows")
     if jam:

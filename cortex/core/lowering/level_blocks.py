@@ -11,29 +11,30 @@ At a large batch a level holds hundreds to thousands of nodes and its GEMVs are 
 the level, so each hidden block re-reads the whole level's gathered rows (the children's states,
 the leaves' embedding rows): at hidden 1024 a level of 600 nodes gathers 4.8 MB, more than a
 core's L2, once per hidden block. Blocking the node loop keeps a *panel* of those rows in the
-cache while the hidden blocks pass over it, the outer loop of a blocked GEMM::
+cache while the hidden blocks pass over it, the outer loop of a blocked GEMM. Each thread (a
+chunk of the hidden blocks, ``chunks`` = the ``threads`` knob) runs every node block over its own
+hidden blocks, so the level keeps its one barrier::
 
-    parallel for jb in hidden blocks:           let lo = start; let hi = stop
+    parallel for jb in 0..J:                    let lo = start; let hi = stop
       for v in lo..hi:                  ->      let nb = ceil((hi - lo) / B); let size = ...
-        lets; B(v, jb)                          for vb in 0..nb:                  # serial
-                                                  parallel for jb in hidden blocks:
+        lets; B(v, jb)                          parallel for c in 0..chunks:
+                                                  for vb in 0..nb:                  # serial
                                                     let first = lo + vb * size
                                                     let last = min(first + size, hi)
-                                                    if lo <= first and last <= hi:  # always true
-                                                      for v in first..last: lets; B(v, jb)  # jammed
+                                                    for jb in c*J//chunks..(c+1)*J//chunks:
+                                                      if lo <= first and last <= hi and 0 <= jb < J:
+                                                        for v in first..last: lets; B(v, jb)  # jammed
 
-``B`` is the most nodes whose gathered rows fit in ``panel_kib`` KiB (a multiple of the jam's
-group); a level is cut into ``nb`` blocks of equal size (rounded up to whole groups), so a level
-that fits runs as one block, as before, and a block of a big level is never a sliver. Each block
-ends with the parallel loop's barrier: a level of ``nb`` blocks costs ``nb - 1`` more barriers,
-and the weights of each thread's hidden blocks are read once per block rather than once per
-level. So blocks are large (the default panel is a core's cache), and a nest is blocked only
-where each thread's share of its weights fits in a core's cache too (``weight_budget``: each
-block then re-reads them from there). TreeLSTM on a 2-core AVX-512 machine (2 MiB L2), in one
-process, interleaved: hidden 256, batch 1000 (levels of up to 10000 nodes, 12 MB of child rows
-at level 2) 0.6-0.9x the time; hidden 1024, batch 100 (20 MB of weights per thread) was
-1.07-1.13x slower with blocks, hence the budget. Legal because the nodes of a level are independent (``is_node_loop``) and each
-parallel loop's hidden blocks were already independent.
+(the ``if`` always holds: it gives the verifier the ranges). ``B`` is the most nodes whose
+gathered rows fit in ``panel_kib`` KiB (a multiple of the jam's group); a level is cut into
+``nb`` blocks of equal size (rounded up to whole groups), so a level that fits runs as one block,
+as before, and a block of a big level is never a sliver. The price: each thread reads its
+hidden blocks' weights once per node block instead of once per level. A nest is blocked only
+where that :func:`pays`: per block, a thread reads its share of the weights again but saves
+re-reading the panel for each of its hidden blocks but one (TreeLSTM, 2 threads, 1 MiB panel:
+hidden 256 and 512 are blocked, hidden 1024's 20 MB of weights per thread against 32 hidden
+blocks of 1 MiB just are). Legal because the nodes of a level are independent
+(``is_node_loop``) and the hidden blocks were already independent (a parallel loop).
 """
 
 from __future__ import annotations
@@ -91,20 +92,24 @@ def gathered_row_bytes(node_loop: ir.For, program: ir.Program) -> int:
     return 0 if 0 in sizes else sum(sizes)  # a row of unknown size: not blocked
 
 
-def block_level(loop: ir.For, panel_bytes: int, weight_budget: int, opts: JamOptions | None,
-                program: ir.Program, names: NameGen) -> ir.Stmt | None:
-    """An interchanged level ``parallel for jb: for v in level: ...`` run in blocks of nodes
-    (see the module doc), its blocks jammed with ``opts``; None when it does not apply: not
-    that shape, no gathered rows, or weights of more than ``weight_budget`` bytes (a thread's
-    share), which every block would read again from beyond the cache."""
+def block_level(loop: ir.For, panel_bytes: int, opts: JamOptions | None, program: ir.Program,
+                names: NameGen, chunks: int = 1, where_it_pays: bool = True) -> ir.Stmt | None:
+    """An interchanged level ``parallel for jb in 0..J: for v in level: ...`` run in blocks of
+    nodes (see the module doc) by ``chunks`` threads, its blocks jammed with ``opts``; None when
+    it does not apply: not that shape (``J`` must be a constant), no gathered rows, or a block
+    would read more bytes of weights again than it saves of rows (:func:`pays`; with
+    ``where_it_pays=False`` regardless: the tests)."""
     node = loop.body
     if not (loop.kind == "parallel" and isinstance(node, ir.For) and node.kind == "serial"
             and is_node_loop(node)):
         return None
     if (free_names(loop.start) | free_names(loop.stop)) & {node.var}:
         return None
+    J = ir.const_int(loop.stop)
     row = gathered_row_bytes(node, program)
-    if row <= 0 or weight_bytes(node, program) > weight_budget:
+    if ir.const_int(loop.start) != 0 or J is None or J < 1 or row <= 0:
+        return None
+    if where_it_pays and not pays(weight_bytes(node, program) / max(1, chunks), J / max(1, chunks), panel_bytes):
         return None
     group = opts.nodes if opts is not None and opts.nodes > 1 else 1
     most = max(group, panel_bytes // row // group * group)
@@ -117,27 +122,41 @@ def block_level(loop: ir.For, panel_bytes: int, weight_budget: int, opts: JamOpt
     unit: ir.Stmt = ir.If(in_range, jammed if jammed is not None else inner)
     unit = ir.Let(last.name, ir.minimum(first + size, hi), unit)
     unit = ir.Let(first.name, lo + vb * size, unit)
-    par = ir.For(loop.var, loop.start, loop.stop, unit, "parallel")
-    blocks: ir.Stmt = ir.For(vb.name, 0, nb, par, "serial")
+    # each chunk of hidden blocks (a thread's share) runs every node block: one barrier a level
+    chunks = max(1, chunks)
+    jv = ir.Var(loop.var)
+    c, jlo, jhi = (ir.Var(names.fresh(f"{loop.var}_{s}")) for s in ("chunk", "lo", "hi"))
+    unit = ir.If(ir.land(ir.Cmp(">=", jv, ir.Const(0)), ir.Cmp("<", jv, ir.Const(J))), unit)  # always true
+    mine: ir.Stmt = ir.For(vb.name, 0, nb, ir.For(loop.var, jlo, jhi, unit, "serial"), "serial")
+    mine = ir.Let(jlo.name, c * J // chunks, ir.Let(jhi.name, (c + 1) * J // chunks, mine))
+    blocks: ir.Stmt = ir.For(c.name, 0, chunks, mine, "parallel")
     # equal blocks of whole groups: ceil(ceil(n / nb) / group) * group nodes each
     blocks = ir.Let(size.name, ((hi - lo + nb - 1) // nb + (group - 1)) // group * group, blocks)
     blocks = ir.Let(nb.name, (hi - lo + (most - 1)) // most, blocks)
     return ir.Let(lo.name, node.start, ir.Let(hi.name, node.stop, blocks))
 
 
+def pays(weights: float, hidden_blocks: float, panel_bytes: int) -> bool:
+    """Does blocking cut a thread's traffic? Unblocked, each of its ``hidden_blocks`` re-reads
+    the level's rows; blocked, each block of ``panel_bytes`` of rows re-reads its ``weights``
+    bytes. Per block: ``weights`` read again against ``hidden_blocks * panel_bytes`` not."""
+    return weights < hidden_blocks * panel_bytes
+
+
 def block_levels(program: ir.Program, panel_bytes: int, opts: JamOptions | None, *,
-                 weight_budget: int) -> tuple[ir.Program, int]:
+                 chunks: int = 1, where_it_pays: bool = True) -> tuple[ir.Program, int]:
     """``program`` with every interchanged level loop (a parallel hidden-block loop around a
-    level's node loop) whose parameters take at most ``weight_budget`` bytes run in blocks of at
-    most ``panel_bytes`` of gathered rows (the ``panel_kib`` knob times 1024), the blocks jammed
-    with ``opts`` (None or ``nodes < 2``: not jammed); and how many were."""
+    level's node loop) run in blocks of at most ``panel_bytes`` of gathered rows (the
+    ``panel_kib`` knob times 1024) by ``chunks`` threads (the ``threads`` knob), where that
+    :func:`pays`, the blocks jammed with ``opts`` (None or ``nodes < 2``: not jammed); and how
+    many were (``where_it_pays=False``: every such level, for the tests)."""
     if panel_bytes <= 0:
         return program, 0
     names = names_of(program)
 
     def visit(loop: ir.For) -> ir.Stmt | None:
         if loop.kind == "parallel":
-            return block_level(loop, panel_bytes, weight_budget, opts, program, names) or loop
+            return block_level(loop, panel_bytes, opts, program, names, chunks, where_it_pays) or loop
         return loop if loop.kind in ("gpu_group", "gpu_thread", "vectorized") else None
 
     return rewrite_loops(program, visit)

@@ -126,12 +126,13 @@ def space_knobs(caps: Capabilities, dtype: str) -> tuple[tuple[Knob, ...], tuple
     group_nodes = 256 * max(1, caps.num_cores // 2) if cpu else 8
     group_rule = ("256 nodes per two compute units (measured on PoCL's CPU device, docs/opencl.md)" if cpu
                   else "8 nodes: one work-group is one of many compute units")
-    # a level's panel of gathered rows: a core's cache, so only a level whose rows would not stay
-    # there while the hidden blocks pass over them is cut (lowering.level_blocks)
+    # a level's panel of gathered rows: half of a core's cache (the other half for the weights a
+    # hidden block streams past it), so a level's rows stay there while the hidden blocks pass
+    # over them (lowering.level_blocks)
     cache_kib = caps.cache_bytes_per_core // 1024
-    panel = 1 << (cache_kib.bit_length() - 1) if cache_kib >= 64 else 0
+    panel = 1 << ((cache_kib // 2).bit_length() - 1) if cache_kib >= 128 else 0
     panels = _with((0, 256, 512, 1024, 2048, 4096), panel)
-    panel_rule = (f"a core's {cache_kib} KiB cache (a power of two)" if panel
+    panel_rule = (f"half of a core's {cache_kib} KiB cache (a power of two)" if panel
                   else "off: the cache size is unknown")
     jam = {"active": lambda s: s["node_jam"] > 1, "needs": ("node_jam",), "when": "node_jam > 1"}
 
