@@ -82,16 +82,18 @@ def test_a_block_is_whole_jam_groups_and_levels_that_fit_are_one_block():
 
 
 def test_blocks_only_where_they_save_more_rows_than_they_read_weights_again():
-    assert pays(weights=5 << 20, hidden_blocks=16, panel_bytes=1 << 20)  # hidden 512: 5 < 16 MiB
-    assert not pays(weights=20 << 20, hidden_blocks=16, panel_bytes=1 << 20)
+    l2 = 2 << 20
+    assert pays(weights=1.3 * (1 << 20), hidden_blocks=8, panel_bytes=1 << 20, cache_bytes=l2)  # hidden 256
+    assert not pays(weights=5 << 20, hidden_blocks=16, panel_bytes=1 << 20, cache_bytes=l2)  # beyond L2
+    assert not pays(weights=1 << 20, hidden_blocks=1, panel_bytes=1 << 20, cache_bytes=l2)  # saves too little
     program, _, _ = _case("tree_lstm", seed=1, drop_children=False)
     swapped, _ = interchange_levels(block_hidden_loops(_serial_hidden(program), 4)[0])
     [node] = _node_loops(swapped)
     # a panel of one row: two hidden blocks save 2 x 128 bytes, the weights are more
     assert weight_bytes(node, swapped) > 2 * gathered_row_bytes(node, swapped)
-    out, n = block_levels(swapped, gathered_row_bytes(node, swapped), None, chunks=1)
+    out, n = block_levels(swapped, gathered_row_bytes(node, swapped), None, chunks=1, cache_bytes=1 << 30)
     assert n == 0 and out == swapped
-    out, n = block_levels(swapped, 0, None, chunks=1)
+    out, n = block_levels(swapped, 0, None, chunks=1, cache_bytes=1 << 30)
     assert n == 0 and out == swapped
 
 

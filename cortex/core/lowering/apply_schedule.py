@@ -182,7 +182,7 @@ def apply_loop_schedule(program: ir.Program, s: Schedule, caps: Capabilities) ->
     blocked = 0
     if s.interchange and s.panel_kib:
         program, blocked = block_levels(program, s.panel_kib * 1024, opts if jam else None,
-                                         chunks=max(1, s.threads))
+                                         chunks=max(1, s.threads), cache_bytes=caps.cache_bytes_per_core)
         notes.append(f"panel_kib={s.panel_kib}: {blocked} interchanged level loops run in blocks of nodes "
                      f"gathering at most {s.panel_kib} KiB of rows")
     if jam:

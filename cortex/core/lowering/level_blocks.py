@@ -31,9 +31,9 @@ gathered rows fit in ``panel_kib`` KiB (a multiple of the jam's group); a level 
 as before, and a block of a big level is never a sliver. The price: each thread reads its
 hidden blocks' weights once per node block instead of once per level. A nest is blocked only
 where that :func:`pays`: per block, a thread reads its share of the weights again but saves
-re-reading the panel for each of its hidden blocks but one (TreeLSTM, 2 threads, 1 MiB panel:
-hidden 256 and 512 are blocked, hidden 1024's 20 MB of weights per thread against 32 hidden
-blocks of 1 MiB just are). Legal because the nodes of a level are independent
+re-reading the panel for each of its hidden blocks, by a factor of 2, and its weights fit in a
+core's cache (TreeLSTM, 2 threads, 2 MiB L2, 1 MiB panel: hidden 256 is blocked, 512 and 1024
+are not). Legal because the nodes of a level are independent
 (``is_node_loop``) and the hidden blocks were already independent (a parallel loop).
 """
 
@@ -67,11 +67,13 @@ def _gathered(node_loop: ir.For, program: ir.Program) -> set[str]:
 
 
 def weight_bytes(node_loop: ir.For, program: ir.Program) -> int:
-    """Bytes of the parameters the node loop's reductions read (whole buffers): what every block
-    of nodes reads again."""
+    """Bytes of the parameters the node loop's reductions read (whole buffers) other than
+    through a gathered row (an embedding table's): what every block of nodes reads again."""
     params = {b.name: b for b in program.buffers if b.role == "param"}
+    gathered = _gathered(node_loop, program)
     used = {ld.buffer for r in ir.walk(node_loop.body) if isinstance(r, ir.Reduce)
-            for ld in ir.walk(r.body) if isinstance(ld, ir.Load) and ld.buffer in params}
+            for ld in ir.walk(r.body) if isinstance(ld, ir.Load) and ld.buffer in params
+            and not (ld.index and isinstance(ld.index[0], ir.Var) and ld.index[0].name in gathered)}
     return sum(_row_bytes(params[name], 0) for name in used)
 
 
@@ -93,7 +95,8 @@ def gathered_row_bytes(node_loop: ir.For, program: ir.Program) -> int:
 
 
 def block_level(loop: ir.For, panel_bytes: int, opts: JamOptions | None, program: ir.Program,
-                names: NameGen, chunks: int = 1, where_it_pays: bool = True) -> ir.Stmt | None:
+                names: NameGen, chunks: int = 1, where_it_pays: bool = True,
+                cache_bytes: int = 0) -> ir.Stmt | None:
     """An interchanged level ``parallel for jb in 0..J: for v in level: ...`` run in blocks of
     nodes (see the module doc) by ``chunks`` threads, its blocks jammed with ``opts``; None when
     it does not apply: not that shape (``J`` must be a constant), no gathered rows, or a block
@@ -109,7 +112,8 @@ def block_level(loop: ir.For, panel_bytes: int, opts: JamOptions | None, program
     row = gathered_row_bytes(node, program)
     if ir.const_int(loop.start) != 0 or J is None or J < 1 or row <= 0:
         return None
-    if where_it_pays and not pays(weight_bytes(node, program) / max(1, chunks), J / max(1, chunks), panel_bytes):
+    if where_it_pays and not pays(weight_bytes(node, program) / max(1, chunks), J / max(1, chunks), panel_bytes,
+                                  cache_bytes):
         return None
     group = opts.nodes if opts is not None and opts.nodes > 1 else 1
     most = max(group, panel_bytes // row // group * group)
@@ -136,15 +140,19 @@ def block_level(loop: ir.For, panel_bytes: int, opts: JamOptions | None, program
     return ir.Let(lo.name, node.start, ir.Let(hi.name, node.stop, blocks))
 
 
-def pays(weights: float, hidden_blocks: float, panel_bytes: int) -> bool:
-    """Does blocking cut a thread's traffic? Unblocked, each of its ``hidden_blocks`` re-reads
-    the level's rows; blocked, each block of ``panel_bytes`` of rows re-reads its ``weights``
-    bytes. Per block: ``weights`` read again against ``hidden_blocks * panel_bytes`` not."""
-    return weights < hidden_blocks * panel_bytes
+def pays(weights: float, hidden_blocks: float, panel_bytes: int, cache_bytes: int) -> bool:
+    """Does blocking pay for a thread? Unblocked, each of its ``hidden_blocks`` re-reads the
+    level's rows; blocked, each block of ``panel_bytes`` of rows re-reads its ``weights`` bytes:
+    per block ``weights`` read again against ``hidden_blocks * panel_bytes`` not, which must be
+    at least twice as much; and the weights must fit in a core's cache (``cache_bytes``), where
+    the next block finds them. Measured (TreeLSTM, 2 threads): hidden 1024, whose 20 MB (6 MB at
+    the leaves) of weights per thread do not fit a 2 MiB L2, was 1.07-1.13x slower blocked, by
+    the traffic count alone it would have paid."""
+    return weights <= cache_bytes and 2 * weights < hidden_blocks * panel_bytes
 
 
 def block_levels(program: ir.Program, panel_bytes: int, opts: JamOptions | None, *,
-                 chunks: int = 1, where_it_pays: bool = True) -> tuple[ir.Program, int]:
+                 chunks: int = 1, cache_bytes: int = 0, where_it_pays: bool = True) -> tuple[ir.Program, int]:
     """``program`` with every interchanged level loop (a parallel hidden-block loop around a
     level's node loop) run in blocks of at most ``panel_bytes`` of gathered rows (the
     ``panel_kib`` knob times 1024) by ``chunks`` threads (the ``threads`` knob), where that
@@ -156,7 +164,7 @@ def block_levels(program: ir.Program, panel_bytes: int, opts: JamOptions | None,
 
     def visit(loop: ir.For) -> ir.Stmt | None:
         if loop.kind == "parallel":
-            return block_level(loop, panel_bytes, opts, program, names, chunks, where_it_pays) or loop
+            return block_level(loop, panel_bytes, opts, program, names, chunks, where_it_pays, cache_bytes) or loop
         return loop if loop.kind in ("gpu_group", "gpu_thread", "vectorized") else None
 
     return rewrite_loops(program, visit)
