@@ -99,9 +99,8 @@ def block_level(loop: ir.For, panel_bytes: int, opts: JamOptions | None, program
                 cache_bytes: int = 0) -> ir.Stmt | None:
     """An interchanged level ``parallel for jb in 0..J: for v in level: ...`` run in blocks of
     nodes (see the module doc) by ``chunks`` threads, its blocks jammed with ``opts``; None when
-    it does not apply: not that shape (``J`` must be a constant), no gathered rows, or a block
-    would read more bytes of weights again than it saves of rows (:func:`pays`; with
-    ``where_it_pays=False`` regardless: the tests)."""
+    it does not apply: not that shape (``J`` must be a constant), no gathered rows, or blocks
+    would not pay (:func:`pays`; with ``where_it_pays=False`` regardless: the tests)."""
     node = loop.body
     if not (loop.kind == "parallel" and isinstance(node, ir.For) and node.kind == "serial"
             and is_node_loop(node)):
