@@ -130,6 +130,7 @@ def space_knobs(caps: Capabilities, dtype: str) -> tuple[tuple[Knob, ...], tuple
     # hidden block streams past it), so a level's rows stay there while the hidden blocks pass
     # over them (lowering.level_blocks)
     cache_kib = caps.cache_bytes_per_core // 1024
+    team = cpu and not unit_items  # a parallel loop split into one chunk per thread (llvm)
     panel = 1 << ((cache_kib // 2).bit_length() - 1) if cache_kib >= 128 else 0
     panels = _with((0, 256, 512, 1024, 2048, 4096), panel)
     panel_rule = (f"half of a core's {cache_kib} KiB cache (a power of two)" if panel
@@ -210,9 +211,9 @@ def space_knobs(caps: Capabilities, dtype: str) -> tuple[tuple[Knob, ...], tuple
              "in the children's steps", "off: the parent computes them"),
         knob("recursive_unroll", (1, 2), 1, "levels per step: a parent computed with its children by "
              "one worker, one barrier per step (1 = off)", "off: one step per level"),
-        knob("panel_kib", panels if cpu else (0,), panel if cpu else 0,
+        knob("panel_kib", panels if team else (0,), panel if team else 0,
              "KiB of gathered rows per block of an interchanged level's nodes (0 = whole levels)",
-             panel_rule if cpu else "no interchanged levels here",
+             panel_rule if team else "off: no team of threads splitting a parallel loop into chunks here",
              active=lambda s: s["interchange"], needs=("interchange",), when="interchange"),
     )
     constraints = (
