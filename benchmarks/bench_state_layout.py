@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script from a checkout: make `cortex` importable
@@ -28,7 +27,7 @@ if __package__ in (None, ""):  # run as a script from a checkout: make `cortex` 
 import numpy as np  # noqa: E402
 
 import cortex  # noqa: E402
-from benchmarks.common import environment, write_json  # noqa: E402
+from benchmarks.common import add_ab_arguments, environment, time_calls, write_json  # noqa: E402
 from cortex.bench.workloads import GroupKey, build_model, make_inputs  # noqa: E402
 
 CASES = (("TreeLSTM", 1), ("TreeLSTM", 10), ("TreeGRU", 10))
@@ -40,23 +39,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--blocks", default="8,16", help="state_block values to compare (default: 8,16)")
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--tokens", type=int, default=30, help="mean leaves per tree")
-    p.add_argument("--rounds", type=int, default=15)
-    p.add_argument("--min-time", type=float, default=0.1, help="seconds per variant per round")
-    p.add_argument("--threads", type=int, default=0, help="worker threads (0: the target's default)")
-    p.add_argument("--quick", action="store_true", help="hidden 32, 3 rounds (smoke test)")
-    p.add_argument("--out", default="", help="JSON file (default: stdout)")
+    add_ab_arguments(p)
     return p.parse_args(argv)
-
-
-def time_once(exe, batch, min_time: float) -> float:
-    """Milliseconds per call, averaged over as many calls as fill ``min_time``."""
-    reps, t0 = 0, time.perf_counter()
-    while True:
-        exe.run(batch)
-        reps += 1
-        dt = time.perf_counter() - t0
-        if dt >= min_time:
-            return 1e3 * dt / reps
 
 
 def measure(target: str, model_name: str, batch_size: int, args: argparse.Namespace,
@@ -78,7 +62,7 @@ def measure(target: str, model_name: str, batch_size: int, args: argparse.Namesp
     names = list(variants)
     for r in range(args.rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
-            samples[name].append(time_once(variants[name], batch, args.min_time))
+            samples[name].append(time_calls(lambda: variants[name].run(batch), args.min_time))
     med = {name: statistics.median(v) for name, v in samples.items()}
     return {
         "target": target, "model": model_name, "batch": batch_size, "nodes": batch.num_nodes,

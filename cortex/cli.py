@@ -30,6 +30,7 @@ SHARED_DEFAULTS = {
     "passes": "cortex.core.passes.pipeline.DEFAULT_PASSES",
     "max_table_mib": "128 on CPU targets, 64 on a device",
     "check_finite": "False",
+    "weights": "the compute dtype",
 }
 
 

@@ -14,6 +14,7 @@ combination.
 from __future__ import annotations
 
 import argparse
+import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,8 @@ class BenchOptions:
             raise ValueError(f"unknown isolation {self.isolation!r}; known: {', '.join(ISOLATION_METHODS)}")
         if not self.targets and self.peers == ():
             raise ValueError("nothing to measure: no targets and no peers")
+        for t in self.targets:
+            target_spec(t)  # a malformed spec fails here, before any worker starts
 
     @property
     def base(self) -> tuple[int, int, int]:
@@ -89,6 +92,27 @@ class BenchOptions:
                     pts = [(tb, bb)]
                 out += [(m, h, t, b) for t, b in pts]
         return out
+
+
+def target_spec(text: str) -> tuple[str, tuple[tuple[str, Any], ...]]:
+    """A ``--targets`` entry: a target name, optionally with compile options for that contender
+    alone, ``name:option=value[:option=value...]`` (``llvm:weights=bfloat16`` runs next to
+    ``llvm``; the whole text is its name in the results). A value is read as JSON when it parses
+    (numbers, ``true``), else kept as text."""
+    name, *parts = text.split(":")
+    if not name:
+        raise ValueError(f"target spec {text!r} has no target name")
+    options = []
+    for part in parts:
+        key, eq, value = part.partition("=")
+        if not key or not eq:
+            raise ValueError(f"target spec {text!r}: expected option=value after ':', got {part!r}")
+        try:
+            parsed: Any = json.loads(value)
+        except ValueError:
+            parsed = value
+        options.append((key, parsed))
+    return name, tuple(options)
 
 
 QUICK = dict(models=("TreeLSTM", "ChildSumTreeLSTM"), batches=(1, 4), hiddens=(16, 32),
@@ -125,8 +149,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--models", type=_names, default=None, metavar="M,..",
                    help=f"zoo models (default: {','.join(d.models)}; known: {','.join(MODELS)})")
     p.add_argument("--targets", type=_names, default=d.targets, metavar="T,..",
-                   help="Cortex targets (default: llvm; e.g. llvm,opencl,cuda,numpy; '' for none). "
-                        "A target that cannot run here is recorded with the reason")
+                   help="Cortex targets (default: llvm; e.g. llvm,opencl,cuda,numpy; '' for none); "
+                        "TARGET:option=value adds compile options to that contender alone, e.g. "
+                        "llvm,llvm:weights=bfloat16. A target that cannot run here is recorded with the reason")
     p.add_argument("--peers", type=_names, default=None, metavar="P,..",
                    help="peers or families to compare with (default: every installed default peer: "
                         "numpy_levels, torch_levels, torch_naive, dynet_autobatch, ...; families "

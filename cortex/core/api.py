@@ -16,7 +16,9 @@ Compile options: every target accepts the shared options ``dtype`` (``"float32"`
 tuning record's schedule, else the target's default; ``"default"``; a ``Schedule``, a dict of
 knobs over the target's default, or its JSON), ``workload`` (the workload class whose tuning
 record ``"auto"`` prefers), ``dump`` (a directory: every stage's IR and the rendered source are
-written there) and ``passes`` (the graph passes to run; default ``DEFAULT_PASSES``) — see
+written there), ``passes`` (the graph passes to run; default ``DEFAULT_PASSES``),
+``max_table_mib``, ``check_finite`` and ``weights`` (``"bfloat16"``: the weight matrices stored in
+bfloat16, float32 compute, where the target's capabilities list it) — see
 ``cortex.core.pipeline``. Every other option is the target's own (``cortex info`` lists them).
 
 Plugins are loaded here on first use, not when ``cortex`` is imported.
@@ -66,7 +68,8 @@ def require_runnable(target: Target) -> None:
 def compile(model: Any, target: str = "llvm", **options: Any) -> Any:  # noqa: A001 (API name)
     """Compile ``model`` for ``target`` (a name or alias, e.g. ``"llvm"``/``"cpu"``,
     ``"opencl"``, ``"cuda"``, ``"numpy"``, or a plugin's target) with the shared options
-    (``dtype``, ``schedule``, ``passes``, ``max_table_mib``, ``dump``) and the target's own
+    (``dtype``, ``schedule``, ``passes``, ``max_table_mib``, ``check_finite``, ``weights``,
+    ``dump``) and the target's own
     ``options``.
 
     Returns a :class:`~cortex.core.runtime.executable.Executable`: ``exe(structures)`` gives

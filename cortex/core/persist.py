@@ -14,7 +14,7 @@ A saved executable is a zip file::
 
     manifest.json      format, format_version, cortex_version, kind ("executable"),
                        target, target_options, options (dtype, schedule, passes,
-                       max_table_mib: as given to cortex.compile), dtype and schedule (as
+                       max_table_mib, check_finite, weights: as given to cortex.compile), dtype and schedule (as
                        compiled), model (class import path, settings, name), entries
     params.npz         the params the executable was compiled with (or last updated with)
     entries/<ns>/<key> the cache entries of the compile (rendered source, machine code...)
@@ -77,7 +77,7 @@ class Recipe:
     model_name: str
     target: str
     target_options: Mapping[str, Any]
-    options: Mapping[str, Any] = field(default_factory=dict)  # dtype, schedule, passes, max_table_mib, check_finite
+    options: Mapping[str, Any] = field(default_factory=dict)  # dtype, schedule, passes, max_table_mib, check_finite, weights
     problem: str | None = None
 
     def compile_options(self) -> dict[str, Any]:
@@ -159,7 +159,8 @@ def recipe_of(model: "Model", target: str, target_options: Mapping[str, Any],
                 problem = problem or _importable_problem(p, "graph pass")
                 passes.append(class_path(p) if hasattr(p, "__qualname__") else repr(p))
     shared = {"dtype": options.dtype, "schedule": schedule, "passes": passes,
-              "max_table_mib": options.max_table_mib, "check_finite": options.check_finite or None}
+              "max_table_mib": options.max_table_mib, "check_finite": options.check_finite or None,
+              "weights": options.weights}
     return Recipe(cls, settings, model.name, target, dict(target_options), shared, problem)
 
 

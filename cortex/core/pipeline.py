@@ -46,7 +46,10 @@ refactoring or recursive unrolling, not persistent; the structural knobs ``kerne
 
 The compile options every target accepts are :class:`CompileOptions` (validated here with the
 same :class:`~cortex.core.errors.InvalidOptionError` as a target's own options); a target's
-own options go to its backend factory and compiler.
+own options go to its backend factory and compiler. ``weights`` is applied to the lowering after
+it is made or read from the stage cache (:func:`~cortex.core.lowering.weight_storage.store_weights`),
+so the cached lowering is one for every ``weights``; the rendered program, and so every later
+cache key, differs.
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ if TYPE_CHECKING:
     from cortex.core.lowering.lower import Lowered
     from cortex.core.lowering.schedule import Schedule, ScheduleSpace
     from cortex.core.plugin.backend import Backend
+    from cortex.core.plugin.capabilities import Capabilities
     from cortex.core.plugin.targets import Target
     from cortex.core.runtime.executable import Executable
     from cortex.core.runtime.token_tables import TokenTables
@@ -75,11 +79,12 @@ if TYPE_CHECKING:
 GraphPass = Callable[["RecursiveGraph"], "RecursiveGraph"]
 
 #: Options every target accepts, handled by the core, never passed to a target's backend.
-SHARED_OPTIONS = ("dtype", "schedule", "dump", "passes", "max_table_mib", "workload", "check_finite")
+SHARED_OPTIONS = ("dtype", "schedule", "dump", "passes", "max_table_mib", "workload", "check_finite",
+                  "weights")
 #: The ``schedule=`` words: read the tuning records (the default), or the default rules only.
 SCHEDULE_WORDS = ("auto", "default")
-#: The default ``max_table_mib`` where the token tables are filled on use (a host runtime); a
-#: device, which gets them whole at compile time, keeps the table passes' own default (2**24
+#: The default ``max_table_mib`` where the token tables are filled on use (a runtime with
+#: ``tables_on_use``: the host runtimes, OpenCL); a device that gets them whole at compile time keeps the table passes' own default (2**24
 #: entries: 64 MiB in float32). 128 MiB lets in the level-1 tables of a TreeLSTM with vocab 20000
 #: and hidden 256 (2 x 98 MiB, `docs/llvm.md`).
 ON_USE_TABLE_MIB = 128
@@ -111,6 +116,8 @@ _ALLOWED = {
                     "infinity (NonFiniteInputError) instead of propagating them",
     "workload": "a workload class such as 'b8-n32-parse' (cortex.tune): the tuning record "
                 "schedule='auto' prefers",
+    "weights": "one of 'float32', 'float64' (the compute dtype: the default), 'bfloat16' (weight "
+               "matrices stored in bfloat16, float32 compute; targets whose capabilities list it)",
 }
 
 
@@ -126,6 +133,7 @@ class CompileOptions:
     max_table_mib: float | None = None  # None: the table passes' own default
     workload: str | None = None  # the workload class schedule="auto" prefers
     check_finite: bool = False  # calls refuse non-finite input features
+    weights: str | None = None  # how weight matrices are stored; None: the compute dtype
 
 
 def split_options(options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -192,6 +200,12 @@ def compile_options(target: str, options: Mapping[str, Any]) -> CompileOptions:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
             raise bad("max_table_mib", value)
         out = replace(out, max_table_mib=float(value))
+    if options.get("weights") is not None:
+        from cortex.core.lowering.weight_storage import WEIGHT_DTYPES
+
+        if not isinstance(options["weights"], str) or options["weights"] not in WEIGHT_DTYPES:
+            raise bad("weights", options["weights"])
+        out = replace(out, weights=options["weights"])
     if options.get("workload") is not None:
         from cortex.tuning.workload_class import parse_class
 
@@ -316,18 +330,19 @@ def build_artifact(model: Any, target: "Target", target_options: Mapping[str, An
     from cortex.core.frontend.trace import trace
     from cortex.core.lowering.lower import lower
     from cortex.core.lowering.schedule import ScheduleError, ScheduleSpace
+    from cortex.core.lowering.weight_storage import store_weights
     from cortex.core.passes.pipeline import DEFAULT_PASSES, run_passes, with_table_limit
-    from cortex.core.plugin.backend import HostRuntime
     from cortex.tuning.fingerprint import graph_fingerprint
     dtype = options.dtype or model.dtype
     dump = _Dumper(options.dump)
 
     backend: Backend = target.create_backend(target_options)
     caps = backend.capabilities
-    # A host runtime reads the params in place, so its token tables are left for the calls to
-    # fill, row by row (cortex.core.runtime.token_tables): they cost no compile time and only the memory
-    # of the tokens used, which allows bigger ones by default. A device gets them whole.
-    deferred = isinstance(backend.runtime, HostRuntime)
+    # A runtime that fills token tables on use (a host runtime reads the params in place; a
+    # device runtime that copies written rows over, such as OpenCL's) leaves them for the calls
+    # to fill, row by row (cortex.core.runtime.token_tables): they cost no compile time and only
+    # the memory of the tokens used, which allows bigger ones by default. Others get them whole.
+    deferred = backend.runtime.tables_on_use
     table_mib = options.max_table_mib
     if table_mib is None and deferred:
         table_mib = ON_USE_TABLE_MIB
@@ -339,6 +354,7 @@ def build_artifact(model: Any, target: "Target", target_options: Mapping[str, An
     except ScheduleError as e:
         raise InvalidOptionError(target.name, "dtype", dtype, f"a float type this target "
                                  f"supports ({e})") from None
+    weights = _weights(target.name, options.weights, dtype, caps)
     schedule, provenance = resolve_schedule(target.name, space, options.schedule)
     auto = options.schedule is None or options.schedule == "auto"
     source_of_schedule = ("default rules" if options.schedule == "default"
@@ -365,7 +381,7 @@ def build_artifact(model: Any, target: "Target", target_options: Mapping[str, An
             "schedule": schedule.to_dict(), "schedule_source": source_of_schedule,
             "schedule_sources": provenance,
             "passes": [p.__name__ for p in passes],
-            "max_table_mib": table_mib, "tables_filled_on_use": deferred,
+            "max_table_mib": table_mib, "tables_filled_on_use": deferred, "weights": weights,
         }
         dump.write("options", lambda: json.dumps(options_doc, indent=2, sort_keys=True, default=repr))
         if dump:
@@ -374,6 +390,7 @@ def build_artifact(model: Any, target: "Target", target_options: Mapping[str, An
         if lowered is None:
             lowered = lower(graph, schedule, caps, dtype, provenance)  # verified against caps by lower itself
             stage_cache.store_lowered(lowered_key, lowered)
+        lowered = store_weights(lowered, weights)
         dump.write("loops_scheduled", lowered.program)
         if dump:  # and what each knob did
             options_doc["schedule_notes"] = list(lowered.notes)
@@ -389,6 +406,25 @@ def build_artifact(model: Any, target: "Target", target_options: Mapping[str, An
             bound.join()  # never leave the worker running, whatever happened here
     return Built(lowered, backend, source, key, artifact, prepared, tables, snapshot,
                  source_of_schedule, fingerprint, dict(provenance))
+
+
+def _weights(target: str, given: str | None, dtype: str, caps: "Capabilities") -> str:
+    """The ``weights`` option resolved for the compute ``dtype``: the dtype itself by default;
+    a storage format needs float32 compute and a target whose capabilities list it."""
+    if given is None or given == dtype:
+        return dtype
+    if given in ("float32", "float64"):
+        raise InvalidOptionError(target, "weights", given, f"{dtype!r} (the compute dtype) or "
+                                 f"'bfloat16': weights in another float type than dtype={dtype!r} "
+                                 f"are not supported")
+    if dtype != "float32":
+        raise InvalidOptionError(target, "weights", given, f"{dtype!r} (the compute dtype): "
+                                 f"{given} weights need dtype='float32'")
+    if given not in caps.weight_storage:
+        allowed = ", ".join(repr(w) for w in (dtype, *caps.weight_storage))
+        raise InvalidOptionError(target, "weights", given, f"one of {allowed}: this target does "
+                                 f"not read {given} weights")
+    return given
 
 
 def recipe_schedule(schedule: "Schedule", provenance: Mapping[str, str]) -> dict[str, Any]:

@@ -87,33 +87,35 @@ def schedule(target: str, dtype: str, variant: str) -> Any:
 Built = CompiledCode
 
 
-def compile_only(model: Any, target: str, *, dtype: str, schedule: Any = None) -> Built:
+def compile_only(model: Any, target: str, *, dtype: str, schedule: Any = None,
+                 weights: str = "") -> Built:
     """Every stage of ``cortex.compile`` up to the backend's compiler (``cortex.compile_only``)."""
-    return cortex_compile_only(model, target, dtype=dtype, schedule=schedule)
+    return cortex_compile_only(model, target, dtype=dtype, schedule=schedule, weights=weights or None)
 
 
-_EXECUTABLES: dict[tuple[str, str, str, str], Any] = {}
-_BUILT: dict[tuple[str, str, str, str], Built] = {}
+_EXECUTABLES: dict[tuple[str, str, str, str, str], Any] = {}
+_BUILT: dict[tuple[str, str, str, str, str], Built] = {}
 
 
-def executable(target: str, model_id: str, dtype: str, variant: str) -> Any:
-    """``cortex.compile(model, target=..., dtype=..., schedule=...)``, once per key."""
+def executable(target: str, model_id: str, dtype: str, variant: str, weights: str = "") -> Any:
+    """``cortex.compile(model, target=..., dtype=..., schedule=..., weights=...)``, once per
+    key (``weights`` "": the compute dtype)."""
     import cortex
 
-    key = (target, model_id, dtype, variant)
+    key = (target, model_id, dtype, variant, weights)
     if key not in _EXECUTABLES:
         sched = schedule(target, dtype, variant)
         _EXECUTABLES[key] = cortex.compile(zoo.get(model_id).model(), target=target,
-                                           dtype=dtype, schedule=sched)
+                                           dtype=dtype, schedule=sched, weights=weights or None)
     return _EXECUTABLES[key]
 
 
-def built(target: str, model_id: str, dtype: str, variant: str) -> Built:
+def built(target: str, model_id: str, dtype: str, variant: str, weights: str = "") -> Built:
     """:func:`compile_only` for a case, once per key."""
-    key = (target, model_id, dtype, variant)
+    key = (target, model_id, dtype, variant, weights)
     if key not in _BUILT:
         _BUILT[key] = compile_only(zoo.get(model_id).model(), target, dtype=dtype,
-                                   schedule=schedule(target, dtype, variant))
+                                   schedule=schedule(target, dtype, variant), weights=weights)
     return _BUILT[key]
 
 

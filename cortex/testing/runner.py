@@ -17,7 +17,7 @@ from cortex.testing import build, zoo
 from cortex.testing.cases import Case
 from cortex.testing.structures import family
 from cortex.testing.targets import status
-from cortex.testing.tolerance import ConformanceFailure, check
+from cortex.testing.tolerance import ConformanceFailure, check, tolerance_key
 
 
 class NotRunnable(Exception):
@@ -93,17 +93,18 @@ def facts(case: Case, exe: Any, batch: Any) -> list[tuple[str, str]]:
     m = zoo.get(case.model)
     return [("target", case.target), ("model", f"{m.id}: {m.description}"),
             ("structure", _describe_batch(case.family, batch)),
-            ("schedule", _schedule_text(exe, case.schedule)), ("dtype", case.dtype)]
+            ("schedule", _schedule_text(exe, case.schedule)), ("dtype", case.dtype)] + (
+                [("weights", case.weights)] if case.weights else [])
 
 
 def run_compile(case: Case) -> Any:
     """Generate code and compile; returns the Executable (runnable targets) or the compile-only
     :class:`~cortex.testing.build.Built`."""
     if status(case.target).runnable:
-        exe = build.executable(case.target, case.model, case.dtype, case.schedule)
+        exe = build.executable(case.target, case.model, case.dtype, case.schedule, case.weights)
         source, key = exe.source, exe.cache_key
     else:
-        built = build.built(case.target, case.model, case.dtype, case.schedule)
+        built = build.built(case.target, case.model, case.dtype, case.schedule, case.weights)
         exe, source, key = built, built.source, built.cache_key
     if not source:
         raise ConformanceFailure(f"{case.id}: the renderer produced empty source")
@@ -115,21 +116,22 @@ def run_compile(case: Case) -> Any:
 def run_reference(case: Case) -> None:
     """Run the case's family and compare every state at every node with the reference."""
     _require_runnable(case.target)
-    exe = build.executable(case.target, case.model, case.dtype, case.schedule)
+    exe = build.executable(case.target, case.model, case.dtype, case.schedule, case.weights)
     structs = structures(case.model, case.family)
     out = exe(structs)
     want = reference(case.model, case.family, out.batch)
     got = {s: out.nodes(s) for s in out.states}
-    check(got, want, case.dtype, batch=out.batch, facts=facts(case, exe, out.batch),
+    check(got, want, tolerance_key(case.dtype, case.weights), batch=out.batch, facts=facts(case, exe, out.batch),
           headline=f"cortex conformance: target {case.target!r} disagrees with the float64 "
                    f"reference")
 
 
 def run_differential(case: Case) -> None:
-    """The case's schedule and the ``against`` schedule give the same states on one target."""
+    """The case's schedule and the ``against`` schedule give the same states on one target
+    (with the same ``weights``: the compute dtype's tolerance)."""
     _require_runnable(case.target)
-    exe = build.executable(case.target, case.model, case.dtype, case.schedule)
-    base = build.executable(case.target, case.model, case.dtype, case.against)
+    exe = build.executable(case.target, case.model, case.dtype, case.schedule, case.weights)
+    base = build.executable(case.target, case.model, case.dtype, case.against, case.weights)
     structs = structures(case.model, case.family)
     out, ref = exe(structs), base(structs)
     got = {s: out.nodes(s) for s in out.states}

@@ -122,7 +122,8 @@ def tune(model: Any, target: str = "llvm", *, workload: Any = None, budget: Budg
     (default: max(10 s, 4x the default schedule's compile)). ``hold``: knobs kept at their
     default rule's value (default :data:`HOLD`: the threads; ``()`` searches every knob).
     ``options``: the compile options
-    (``passes``, ``max_table_mib``) and the target's own options, as for ``cortex.compile``.
+    (``passes``, ``max_table_mib``) and the target's own options, as for ``cortex.compile``
+    (``weights`` only as the compute dtype: a bfloat16-weights compile takes the float32 record).
     """
     from cortex.core.api import resolve_target
     from cortex.core.pipeline import split_options
@@ -141,6 +142,11 @@ def tune(model: Any, target: str = "llvm", *, workload: Any = None, budget: Budg
     if banned:
         raise TypeError(f"cortex.tune chooses {banned[0]!r} itself; give dtype= and workload= "
                         f"as its own arguments")
+    if shared.get("weights") not in (None, dtype or model.dtype):
+        raise TypeError(f"cortex.tune does not tune weights={shared['weights']!r} compiles: its "
+                        f"records are keyed by the dtype alone. Tune the {dtype or model.dtype} "
+                        f"compile; a weights={shared['weights']!r} compile with schedule='auto' "
+                        f"takes its record")
     resolved, _ = resolve_target(target, own)
     runnable = resolved.runnable()
     if not runnable:

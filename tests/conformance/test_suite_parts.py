@@ -149,3 +149,14 @@ def test_compile_only_matches_the_pipeline():
     assert blocked.state_layout == "node_blocked" and blocked.state_block == 8
     with pytest.raises(ValueError, match="unknown schedule variant"):
         build.schedule("numpy", "float32", "fastest")
+
+
+def test_weight_storage_cases_run_where_the_target_reads_bfloat16():
+    ref = [c for c in cases.cases("reference", ("numpy",)) if c.weights]
+    assert {c.weights for c in ref} == {"bfloat16"} and {c.dtype for c in ref} == {"float32"}
+    assert {c.model for c in ref} == {m.id for m in zoo.zoo()}
+    assert all("-float32+bfloat16-" in c.id for c in ref)
+    diff = [c for c in cases.cases("differential", ("numpy",)) if c.weights]
+    assert {c.schedule for c in diff} == set(cases.WEIGHT_DIFFERENTIAL)
+    assert not [c for c in cases.cases("reference", ("cc",)) if c.weights]  # not registered here
+    assert not [c for c in cases.cases("contract", ("numpy",)) if c.weights]

@@ -309,6 +309,23 @@ def test_the_jam_knobs_reshape_the_level_and_the_results_stay():
                  "float64", "jammed")
 
 
+@pytest.mark.parametrize("name,jammed_loops", [("TreeGRU", 2), ("ChildSumTreeLSTM", 1)])
+def test_a_level_in_phases_is_jammed_with_scalar_hidden_loops(name, jammed_loops):
+    """A level computed in phases (TreeGRU's reset gate before its candidate's sum, child-sum's
+    per-child forget gates before the node's) with scalar hidden loops (``vector_width=1``, as
+    the OpenCL CPU device prefers): each phase's hidden loop is cut into blocks, interchanged
+    and the phases with sums jammed, and the program computes what the untransformed one does."""
+    spec = SPEC[name]
+    sp = ScheduleSpace(CPU, "float64")
+    plain = lower(spec.graph, sp.with_knobs(vector_width=1), CPU, "float64")
+    s, src = sp.resolve({"vector_width": 1, "interchange": True, "node_jam": 4, "hidden_jam": 4})
+    jammed = lower(spec.graph, s, CPU, "float64", src)
+    assert any(n.startswith(f"node_jam=4: {jammed_loops} level loops jammed") for n in jammed.notes), jammed.notes
+    batch = mixed_batch(spec)
+    assert_close(run_lowered(jammed, spec.model.params, batch), run_lowered(plain, spec.model.params, batch),
+                 "float64", "jammed")
+
+
 def test_threads_and_the_one_group_form_are_launch_settings():
     low = lower(SPEC["TreeRNN"].graph, ScheduleSpace(CPU, "float32").with_knobs(threads=2), CPU)
     assert low.program.launch_setting("threads") == 2

@@ -144,6 +144,8 @@ MODELS = {
     "TreeRNN": lambda dt: cortex.models.TreeRNN(vocab=30, hidden=16, dtype=dt),
     "TreeGRU": lambda dt: cortex.models.TreeGRU(vocab=30, embed=12, hidden=16, dtype=dt),
     "ChildSumTreeLSTM": lambda dt: cortex.models.ChildSumTreeLSTM(vocab=30, embed=12, hidden=16, dtype=dt),
+    # 32 columns: the matrix products' merged column loop is a 32-lane vector (wide_lanes)
+    "MVRNN": lambda dt: cortex.models.MVRNN(vocab=30, hidden=32, dtype=dt),
 }
 
 
@@ -160,6 +162,29 @@ def test_zoo_models_match_the_reference(model, dtype):
         ref = evaluate(exe.graph, m.params, batch)
         for state, want in ref.items():
             _close(out.nodes(state), want, dtype)
+
+
+@pytest.mark.parametrize("model", ["TreeLSTM", "ChildSumTreeLSTM"])
+def test_token_tables_are_filled_on_use_and_reach_the_device(model):
+    """The token tables start as zeros; each call computes the rows of its new tokens and copies
+    them to the device buffers (made at the first launch) before its launch: later calls with
+    other tokens, and a fill of every row, still match the reference."""
+    m = MODELS[model]("float32")
+    exe = cortex.compile(m, target="opencl")
+    assert exe.table_rows == (0, 30)
+    structs = ((lambda n, seed: _parent_arrays(n, seed, 30)) if model.startswith("ChildSum")
+               else (lambda n, seed: _trees(n, seed=seed, vocab=30)))
+    for seed, n in ((2, 1), (3, 6), (4, 6)):  # the first call makes the buffers; the others add rows
+        batch = exe.linearize(structs(n, seed))
+        out = exe.run(batch)
+        for state, want in evaluate(exe.graph, m.params, batch).items():
+            _close(out.nodes(state), want, "float32")
+    done, vocab = exe.table_rows
+    assert 0 < done < vocab
+    assert exe.fill_tables() == vocab - done and exe.table_rows == (vocab, vocab)
+    batch = exe.linearize(structs(6, 5))
+    for state, want in evaluate(exe.graph, m.params, batch).items():
+        _close(exe.run(batch).nodes(state), want, "float32")
 
 
 def _other_inputs():

@@ -242,3 +242,57 @@ def test_renderer_translates_an_unjammed_program_as_scalar_code():
     program = _serial_hidden(tree_lstm(form="per_level", dtype="float32", H=32))
     source = OpenCLRenderer().render(program)  # what a GPU device gets: no jam in its schedule
     assert "ext_vector_type" not in source and "min_vector_width" not in source
+
+
+def test_renderer_writes_a_sum_per_lane_as_a_vector_accumulator_loop():
+    """A ``vectorized`` loop whose lanes each run a guarded GEMV row over a packed weight (what
+    the jam leaves per node: child-sum's per-child gates) becomes a vector accumulator loop, the
+    guard a conditional on the lane-free child index, the sigmoid the vector built-in; a loop
+    without a sum keeps the narrow form (no vector call)."""
+    from cortex.plugins.opencl.compiler import OpenCLRenderer
+
+    c, j, k = ir.Var("c", ir.INT), ir.Var("j", ir.INT), ir.Var("k", ir.INT)
+    row = ir.Reduce("sum", "k", ir.Const(0), ir.Const(8), ir.BinOp(
+        "*", ir.Load("W", (j // 4, k, j % 4)), ir.Select(ir.Cmp(">=", c, ir.Const(0)), ir.Load("h", (c, k)),
+                                                        ir.fconst(0.0, "float32"))))
+    lane = ir.Let("j", ir.Var("jb") * 4 + ir.Var("jl"),
+                  ir.Store("out", (ir.Const(0), j), ir.call("sigmoid", row)))
+    body = ir.Let("c", ir.Load("child", (ir.Const(0),)),
+                  ir.For("jb", 0, 2, ir.For("jl", 0, 4, lane, "vectorized"), "serial"))
+    program = ir.Program("p", (), (ir.Buffer("child", ir.INT, (1,), "index"),
+                                   ir.Buffer("W", "float32", (2, 8, 4), "param"),
+                                   ir.Buffer("h", "float32", (1, 8), "input"),
+                                   ir.Buffer("out", "float32", (1, 8), "output")),
+                         (ir.Kernel("k", (), body),), (ir.Launch("k"),))
+    source = OpenCLRenderer().render(program)
+    assert "cx_vfloat4 cx_vacc" in source and "for (int k = " in source
+    # the guard (hoisted out of the sum by the fast-math rewrites) keeps the sum's loop under it:
+    # a missing child's row is never read
+    assert source.index("if ((c >= 0)) {") < source.index("for (int k = ")
+    assert "(*(__global const cx_vfloat4*)(&W[" in source  # one block of the packed weight
+    assert "exp(-" in source and "cx_sigmoid_float32(" not in source
+    narrow = ir.Let("j", ir.Var("jb") * 4 + ir.Var("jl"),
+                    ir.Store("out", (ir.Const(0), j), ir.call("sigmoid", ir.Load("h", (ir.Const(0), j)))))
+    plain = ir.Program("p", (), program.buffers[2:], (ir.Kernel("k", (), ir.For(
+        "jb", 0, 2, ir.For("jl", 0, 4, narrow, "vectorized"), "serial")),), (ir.Launch("k"),))
+    assert "cx_sigmoid_float32(" in OpenCLRenderer().render(plain)
+
+
+def test_a_merged_column_loop_is_one_wide_vector_with_one_accumulator_loop():
+    """A matrix nest's column loop merged by ``wide_lanes`` (64 lanes, no built-in calls) is
+    written as a 64-lane clang vector: one accumulator loop whose weight broadcast feeds every
+    lane."""
+    from cortex.plugins.opencl.compiler import OpenCLRenderer
+
+    i, j, k = ir.Var("i", ir.INT), ir.Var("j", ir.INT), ir.Var("k", ir.INT)
+    dot = ir.Reduce("sum", "k", ir.Const(0), ir.Const(8),
+                    ir.BinOp("*", ir.Load("W", (i, k)), ir.Load("M", (k, j))))
+    body = ir.For("i", 0, 4, ir.For("j", 0, 64, ir.Store("out", (i, j), dot), "vectorized"), "serial")
+    program = ir.Program("p", (), (ir.Buffer("W", "float32", (4, 8), "param"),
+                                   ir.Buffer("M", "float32", (8, 64), "input"),
+                                   ir.Buffer("out", "float32", (4, 64), "output")),
+                         (ir.Kernel("k", (), body),), (ir.Launch("k"),))
+    source = OpenCLRenderer().render(program)
+    assert "typedef float cx_vfloat64 __attribute__((ext_vector_type(64), aligned(" in source
+    assert source.count("cx_vfloat64 cx_vacc") == 2  # the kernel and its one-work-group copy
+    assert "for (int j = " not in source

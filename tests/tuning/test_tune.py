@@ -61,6 +61,7 @@ def test_tune_stores_a_record_that_compile_then_uses(db: Path) -> None:
     exe = cortex.compile(model, target="llvm")
     assert exe.schedule == result.schedule
     assert exe.schedule_source.startswith(f"tuning record 1 (workload {cls}")
+    assert cortex.compile(model, target="llvm", weights="bfloat16").schedule == result.schedule
     # a second session resumes: earlier trials are not measured again
     again = cortex.tune(model, "llvm", workload=SMALL, budget=4, isolate=False, progress=False,
                         method="random", seed=1)
@@ -74,6 +75,8 @@ def test_tune_validates_its_arguments() -> None:
     model = TreeRNN(hidden=4, vocab=5)
     with pytest.raises(TypeError, match="chooses 'schedule' itself"):
         cortex.tune(model, "llvm", schedule="default")
+    with pytest.raises(TypeError, match="does not tune weights='bfloat16'.*Tune the float32"):
+        cortex.tune(model, "llvm", weights="bfloat16")
     with pytest.raises(ValueError, match="method"):
         cortex.tune(model, "llvm", workload=SMALL, budget=1, method="annealing", isolate=False,
                     store=False, resume=False, progress=False)

@@ -46,6 +46,7 @@ from typing import Iterator, Mapping
 import numpy as np
 
 from cortex.core import loopir as ir
+from cortex.core.loopir.storage import STORAGE_NP_DTYPES, unpack
 
 VECTOR_KINDS = ("parallel", "vectorized", "gpu_group", "gpu_thread")
 _NP_DTYPES = {"int32": np.int32, "bool": np.bool_, "float32": np.float32, "float64": np.float64}
@@ -58,7 +59,8 @@ class InterpretError(ir.LoopIRError):
 
 
 def np_dtype(dtype: str) -> type:
-    return _NP_DTYPES[dtype]
+    """The NumPy type of a dtype or of a storage format (``Buffer.stored``)."""
+    return _NP_DTYPES[dtype] if dtype in _NP_DTYPES else STORAGE_NP_DTYPES[dtype]
 
 
 @dataclass
@@ -555,7 +557,7 @@ def run(
     bufs: dict[str, np.ndarray] = {}
     for b in program.buffers:
         shape = eval_shape(b.shape, sizes)
-        dt = np.dtype(_NP_DTYPES[b.dtype])
+        dt = np.dtype(np_dtype(b.stored))
         if b.name not in buffers:
             if b.read_only:
                 raise InterpretError(f"program {program.name}: buffer {b.name!r} ({b.role}) not given")
@@ -565,6 +567,8 @@ def run(
         if not isinstance(a, np.ndarray) or a.shape != shape or a.dtype != dt:
             got = f"{a.dtype}{list(a.shape)}" if isinstance(a, np.ndarray) else type(a).__name__
             raise InterpretError(f"buffer {b.name!r}: expected {dt}{list(shape)}, got {got}")
+        if b.storage:  # widened once: the values every load of the generated code sees
+            a = unpack(a, b.storage)
         if b.read_only:
             a = a.view()
             a.flags.writeable = False

@@ -60,6 +60,10 @@ CMP_OPS = ("<", "<=", ">", ">=", "==", "!=")
 INTRINSICS = {"exp": 1, "log": 1, "tanh": 1, "sigmoid": 1, "sqrt": 1, "abs": 1, "fma": 3}
 REDUCE_OPS = ("sum", "max", "mean")
 BARRIER_SCOPES = ("group", "grid")
+#: How a read-only float32 buffer may be held in memory other than as its dtype (``Buffer.storage``):
+#: "bfloat16" = the upper 16 bits of each float32 (``cortex.core.loopir.storage``); a load widens
+#: it to float32, so expressions never see the storage type.
+STORAGE_FORMATS = ("bfloat16",)
 
 
 def _is_pow2(n: object) -> bool:
@@ -474,7 +478,9 @@ class Buffer(Node):
     """A global array. ``value_range`` (inclusive, over sizes) is a fact about an index buffer's
     contents, guaranteed by whoever fills it (the linearizer). ``layout`` records a physical
     layout change made by the schedule: ``("row_major",)``, ``("transposed",)`` or
-    ``("packed", w)``; ``logical_shape`` is then the shape the model sees."""
+    ``("packed", w)``; ``logical_shape`` is then the shape the model sees. ``storage``: ""
+    (elements stored as ``dtype``) or a format of ``STORAGE_FORMATS`` for a float32 ``param``
+    buffer (the ``weights`` compile option): loads widen it to ``dtype``."""
 
     name: str
     dtype: str
@@ -484,11 +490,16 @@ class Buffer(Node):
     monotone: bool = False
     layout: tuple = ("row_major",)
     logical_shape: tuple[Expr, ...] | None = None
+    storage: str = ""
 
     def __post_init__(self) -> None:
         _check(self.name.isidentifier(), f"buffer name {self.name!r} is not an identifier")
         _check(self.dtype in DTYPES, f"buffer {self.name}: dtype {self.dtype!r} not in {DTYPES}")
         _check(self.role in ROLES, f"buffer {self.name}: role {self.role!r} not in {ROLES}")
+        _check(not self.storage or (self.storage in STORAGE_FORMATS and self.dtype == "float32"
+                                    and self.role == "param"),
+               f"buffer {self.name}: storage {self.storage!r} needs a float32 param buffer and one "
+               f"of {STORAGE_FORMATS}")
         object.__setattr__(self, "shape", tuple(as_expr(d) for d in self.shape))
         if self.value_range is not None:
             object.__setattr__(self, "value_range", tuple(as_expr(v) for v in self.value_range))
@@ -498,6 +509,11 @@ class Buffer(Node):
     @property
     def read_only(self) -> bool:
         return self.role in READ_ONLY_ROLES
+
+    @property
+    def stored(self) -> str:
+        """The element type in memory: ``storage`` when set, else ``dtype``."""
+        return self.storage or self.dtype
 
 
 @dataclass(frozen=True)

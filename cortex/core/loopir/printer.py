@@ -85,6 +85,8 @@ def _stmt(s: ir.Stmt, d: int) -> list[str]:
 def _buffer(b: ir.Buffer) -> str:
     dims = ", ".join(format_expr(x) for x in b.shape)
     line = f"{b.role:6} {b.dtype} {b.name}[{dims}]"
+    if b.storage:
+        line += f"  stored as {b.storage}"
     if b.value_range is not None:
         lo, hi = b.value_range
         line += f"  values in [{format_expr(lo)}, {format_expr(hi)}]"

@@ -227,6 +227,10 @@ class _Checker:
             self.where = ""
             if "float64" in self.p.float_dtypes() and not self.caps.supports_fp64:
                 self.err("program uses float64 but the target does not support fp64")
+            for b in self.p.buffers:
+                if b.storage and b.storage not in self.caps.weight_storage:
+                    self.err(f"buffer {b.name} is stored as {b.storage}, which the target does "
+                             f"not read (Capabilities.weight_storage)")
 
     # ------------------------------------------------------------ expressions
     def dtypes(self, sc: _Scope) -> dict[str, str]:
@@ -687,7 +691,8 @@ def check(program: ir.Program, caps: Capabilities | None = None) -> list[str]:
 def verify(program: ir.Program, caps: Capabilities | None = None) -> ir.Program:
     """Return ``program`` unchanged if it verifies, else raise :class:`VerificationError`.
 
-    With ``caps``, also check what the target supports (grid, barriers, fp64, shared bytes)."""
+    With ``caps``, also check what the target supports (grid, barriers, fp64, shared bytes,
+    buffer storage formats)."""
     problems = check(program, caps)
     if problems:
         raise VerificationError(program.name, problems)

@@ -243,7 +243,7 @@ def schedule_nest(stmt: ir.Stmt, var: str, extent: int, reduces: list[tuple[str,
                 prog = lt.split(prog, inner.var, s.vector_width, outer=names.fresh(f"{inner.var}w"),
                                 inner=names.fresh(f"{inner.var}v"), inner_kind="vectorized")
             target_extent = 0  # done: the row loop stays scalar
-    if s.vector_width > 1 and target_extent >= s.vector_width and _rows_apart(stmt, var, ctx.weights):
+    if s.vector_width > 1 and target_extent >= s.vector_width and shapes.rows_apart(stmt, var, ctx.weights):
         # lanes a row apart in node data (MV-RNN's ``sum_k M[child, j, k] * h[k]``): every
         # lane would be a separate scalar load; the row loop stays scalar, its reductions run
         # along the contiguous axis
@@ -271,24 +271,6 @@ def schedule_nest(stmt: ir.Stmt, var: str, extent: int, reduces: list[tuple[str,
                 stats["lanes_max"] = max(stats.get("lanes_max", lanes), lanes)
                 return body
     return prog.kernels[0].body
-
-
-def _rows_apart(stmt: ir.Stmt, var: str, weights: set[str]) -> bool:
-    """Does a reduction in the nest read a non-weight buffer (node data, which keeps its
-    layout) at the hidden variable ``var`` in a leading index and the reduction variable in
-    the last one? Lanes along ``var`` would then be a whole row apart."""
-    for r in ir.walk(stmt):
-        if not isinstance(r, ir.Reduce):
-            continue
-        for ld in ir.walk(r.body):
-            if not isinstance(ld, ir.Load) or ld.buffer in weights or len(ld.index) < 2:
-                continue
-            last = ld.index[-1]
-            lead = ld.index[:-1]
-            if last == ir.Var(r.var) and any(any(isinstance(m, ir.Var) and m.name == var for m in ir.walk(x))
-                                              for x in lead):
-                return True
-    return False
 
 
 def _innermost_loop(stmt: ir.Stmt) -> ir.For | None:

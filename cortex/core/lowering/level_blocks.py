@@ -48,8 +48,9 @@ from cortex.core.lowering.transforms import rewrite_loops
 
 
 def _row_bytes(buf: ir.Buffer, axes: int) -> int:
-    """Bytes of ``buf`` past its first ``axes`` axes (0 when a size is not a constant)."""
-    n = 4 if buf.dtype == "float32" else 8
+    """Bytes of ``buf`` past its first ``axes`` axes (0 when a size is not a constant), as it is
+    stored (bfloat16 weights: 2 bytes an element)."""
+    n = 2 if buf.storage == "bfloat16" else 4 if buf.dtype == "float32" else 8
     for d in buf.shape[axes:]:
         size = ir.const_int(d)
         if size is None:

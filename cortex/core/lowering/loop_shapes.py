@@ -141,20 +141,41 @@ def _hidden_split(body: ir.Stmt) -> tuple[ir.For, str, ir.Stmt, int, int] | None
     return body, body.var, inner, a, b - a
 
 
-def block_hidden_loops(program: ir.Program, width: int) -> tuple[ir.Program, int]:
-    """Every node loop with reductions ``lets; for j in a..a+n: S`` (or the lowering's split of it) whose ``n``
-    is a multiple of ``width`` and whose hidden iterations are independent (a parallel or
-    vectorized loop, or :func:`~cortex.core.lowering.level_interchange.rows_independent`) as
-    ``lets; for jb in 0..n/width: vectorized for jl in 0..width: let j = a + jb*width + jl; S``
-    -- unless it already has that shape."""
-    names = names_of(program)
+def rows_apart(stmt: ir.Stmt, var: str, weights: set[str]) -> bool:
+    """Does a reduction in the nest read a non-weight buffer (node data, which keeps its
+    layout) at the hidden variable ``var`` in a leading index and the reduction variable in
+    the last one? Lanes along ``var`` would then be a whole row apart."""
+    for r in ir.walk(stmt):
+        if not isinstance(r, ir.Reduce):
+            continue
+        for ld in ir.walk(r.body):
+            if not isinstance(ld, ir.Load) or ld.buffer in weights or len(ld.index) < 2:
+                continue
+            last = ld.index[-1]
+            lead = ld.index[:-1]
+            if last == ir.Var(r.var) and any(any(isinstance(m, ir.Var) and m.name == var for m in ir.walk(x))
+                                              for x in lead):
+                return True
+    return False
 
-    def f(node: ir.Node) -> ir.Node | None:
-        if not (isinstance(node, ir.For) and is_node_loop(node)) or not any(
-                isinstance(n, ir.Reduce) for n in ir.walk(node.body)):
-            return None  # only loops with reductions are jammed
-        lets, body = node_lets(node)
-        found = _hidden_loop(body)
+
+def block_hidden_loops(program: ir.Program, width: int) -> tuple[ir.Program, int]:
+    """Every node loop with reductions whose body is ``lets; for j in a..a+n: S`` (or the
+    lowering's split of it), or lets around several such loops in a row (a level computed in
+    phases, each reading what the earlier ones stored: TreeGRU's reset gate before its
+    candidate), with each hidden loop whose ``n`` is a multiple of ``width`` and whose hidden
+    iterations are independent (a parallel or vectorized loop, or
+    :func:`~cortex.core.lowering.level_interchange.rows_independent`) rewritten as
+    ``for jb in 0..n/width: vectorized for jl in 0..width: let j = a + jb*width + jl; S`` --
+    unless it already has that shape, or its sums read node data with the hidden unit in a
+    leading index (:func:`rows_apart`: lanes would be a row apart). A phase that does not
+    qualify is left as it is; the phases keep their order, so each still runs after the ones
+    it reads."""
+    names = names_of(program)
+    params = {b.name for b in program.buffers if b.role == "param"}
+
+    def block(loop_body: ir.Stmt, node: ir.For) -> ir.Stmt | None:
+        found = _hidden_loop(loop_body)
         if found is None:
             return None
         loop, var, per_unit, first, count = found
@@ -164,13 +185,26 @@ def block_hidden_loops(program: ir.Program, width: int) -> tuple[ir.Program, int
             return None  # already blocks of `width`
         if loop.kind == "serial" and not (var != loop.var or rows_independent(loop, node.var)):
             return None
+        if rows_apart(loop, var, params):
+            return None  # lanes a row apart in node data: the row loop stays scalar (schedule_nest)
         jb, jl = names.fresh(f"{var}b"), names.fresh(f"{var}l")
         unit = ir.simplify(ir.Const(first) + ir.Var(jb) * width + ir.Var(jl))
         kind = "parallel" if loop.kind == "parallel" else "serial"
-        blocked = ir.For(jb, 0, count // width, ir.For(jl, 0, width, ir.Let(var, unit, per_unit), "vectorized"), kind)  # type: ignore[arg-type]
+        return ir.For(jb, 0, count // width, ir.For(jl, 0, width, ir.Let(var, unit, per_unit), "vectorized"), kind)  # type: ignore[arg-type]
+
+    def f(node: ir.Node) -> ir.Node | None:
+        if not (isinstance(node, ir.For) and is_node_loop(node)) or not any(
+                isinstance(n, ir.Reduce) for n in ir.walk(node.body)):
+            return None  # only loops with reductions are jammed
+        lets, body = node_lets(node)
+        phases = list(body.stmts) if isinstance(body, ir.Seq) else [body]
+        blocked = [block(p, node) for p in phases]
+        if all(b is None for b in blocked):
+            return None
+        out: ir.Stmt = ir.seq(*(b if b is not None else p for b, p in zip(blocked, phases)))
         for name, value in reversed(lets):
-            blocked = ir.Let(name, value, blocked)  # type: ignore[assignment]
-        return replace(node, body=blocked)
+            out = ir.Let(name, value, out)
+        return replace(node, body=out)
 
     if width < 1:
         return program, 0

@@ -48,6 +48,7 @@ from cortex.core.plugin.capabilities import Capabilities
 from cortex.core.frontend.graph import RecursiveGraph, verify as verify_graph
 from cortex.core.lowering.transforms import from_layout, physical_arrays
 from cortex.core.loopir import Const, Load, Var
+from cortex.core.loopir.storage import pack
 from cortex.core.loopir.verify import verify
 from cortex.core.lowering.cases import CaseLowering, LowerContext, LoweringError, NameGen
 from cortex.core.lowering.apply_schedule import apply_schedule, node_loop_kind, schedule_nest
@@ -108,9 +109,14 @@ class Lowered:
 
     def layout_params(self, table: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The second step of :meth:`prepare_params`: :func:`bound_params`'s table in the
-        schedule's weight layouts, keyed by program buffer name."""
+        schedule's weight layouts and the buffers' storage formats (``weights=``), keyed by
+        program buffer name."""
         logical = {buf: np.ascontiguousarray(table[name]) for name, buf in self.param_names}
-        return physical_arrays(self.program, logical)
+        physical = physical_arrays(self.program, logical)
+        for b in self.program.buffers:
+            if b.storage and b.name in physical:
+                physical[b.name] = pack(physical[b.name], b.storage)
+        return physical
 
     def bind_batch(self, batch: LinearizedBatch) -> tuple[dict[str, np.ndarray], dict[str, int]]:
         """Per call: index/input buffers from the batch (int32) and the size symbols

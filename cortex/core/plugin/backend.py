@@ -126,6 +126,25 @@ class Runtime(ABC):
     def synchronize(self) -> None:
         """Wait until every launched piece of work is done."""
 
+    # Token tables filled on use (cortex.core.runtime.token_tables): a runtime that can show the
+    # host array behind an uploaded param and bring rows written there to the device gets its
+    # tables as zero pages, filled by the calls, instead of whole at compile time.
+
+    #: Does this runtime implement :meth:`table_host_array` and :meth:`refresh_rows`?
+    tables_on_use: bool = False
+
+    def table_host_array(self, buffer: Any) -> np.ndarray | None:
+        """The C-contiguous host array behind a param buffer this runtime made (``upload`` or
+        ``adopt``), whose rows the executable fills between launches and then passes to
+        :meth:`refresh_rows`; None (the default) when there is none."""
+        return None
+
+    def refresh_rows(self, buffer: Any, rows: np.ndarray) -> None:
+        """Bring rows ``rows`` (sorted distinct indices of the first axis) of
+        :meth:`table_host_array`'s array, just written, to ``buffer`` on the device, before
+        the next launch reads them."""
+        raise NotImplementedError(f"{type(self).__name__} fills no token tables on use")
+
     # Hand-overs and per-call transfers. The defaults are the calls above; host runtimes skip
     # the copies.
 
@@ -181,6 +200,14 @@ class HostRuntime(Runtime):
 
     def synchronize(self) -> None:
         """Nothing to wait for: a launch returns when the program is done."""
+
+    tables_on_use = True
+
+    def table_host_array(self, buffer: np.ndarray) -> np.ndarray:
+        return buffer  # the program reads the host array in place
+
+    def refresh_rows(self, buffer: np.ndarray, rows: np.ndarray) -> None:
+        """Nothing to bring over: the rows were written where the program reads them."""
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,9 @@ class Capabilities:
     # budget: 32 zmm with AVX-512, 16 ymm with AVX2); 0 = unknown
     vector_registers: int = 0
     supports_fp64: bool = True
+    # storage formats of weight matrices the code generator reads and widens to float32 (the
+    # ``weights`` compile option, ``cortex.core.loopir.storage``); () = weights in the compute dtype only
+    weight_storage: tuple[str, ...] = ()
     # Code form
     dialect: str = "c"  # which C-family dialect table the renderer uses, or "" for non-C
     single_call: bool = True  # the whole recursion may run inside one host call

@@ -135,7 +135,7 @@ class Executable:
             prepared = lowered.prepare_params(params)
         program = lowered.program
         # Per buffer, once: its compiled shape function and NumPy dtype (calls only evaluate).
-        self._buffers = tuple((b, shape_function(b.shape), np.dtype(np_dtype(b.dtype)))
+        self._buffers = tuple((b, shape_function(b.shape), np.dtype(np_dtype(b.stored)))
                               for b in program.buffers)
         # The launch arguments with the params in place; per call the staged inputs
         # (slot, name, role) and the pooled outputs/temps (slot, name, shape fn, dtype) fill in.
@@ -178,7 +178,9 @@ class Executable:
         self._tables = tables
         if tables is not None:
             buf_of = dict(self.lowered.param_names)
-            tables.attach({n: self._params[buf_of[n]] for n in tables.names if n in buf_of})
+            handles = {n: self._params[buf_of[n]] for n in tables.names if n in buf_of}
+            tables.attach({n: runtime.table_host_array(h) for n, h in handles.items()},
+                          on_rows=lambda rows: [runtime.refresh_rows(h, rows) for h in handles.values()])
         self._template: list[Any] = [self._params.get(b.name) for b, _, _ in self._buffers]
 
     @staticmethod
@@ -247,7 +249,8 @@ class Executable:
     @property
     def table_rows(self) -> tuple[int, int] | None:
         """``(token ids whose table rows are computed, vocabulary size)``, or None when this
-        executable has no tables filled on use (none in its program, or a device)."""
+        executable has no tables filled on use (none in its program, or a runtime that takes
+        them whole at compile time)."""
         if self._tables is None:
             return None
         return self._tables.rows_done, self._tables.vocab
@@ -255,8 +258,8 @@ class Executable:
     def fill_tables(self, progress: bool | None = None) -> int:
         """Compute every row of the token tables that no call has needed yet (a call computes
         the rows of its batch's tokens first; see the module docstring). Returns how many token
-        ids that was: 0 once done, and always on a device (whose tables are made whole at
-        compile time). A long fill shows a progress bar (``progress``: force it on or off)."""
+        ids that was: 0 once done, and always where the runtime takes them whole at compile
+        time. A long fill shows a progress bar (``progress``: force it on or off)."""
         if self._tables is None:
             return 0
         with self._lock:
@@ -273,7 +276,7 @@ class Executable:
         from cortex.core.pipeline import _bind, _prepare, params_snapshot
 
         params = merged_params(self, getattr(values, "params", values))
-        deferred = isinstance(self.backend.runtime, HostRuntime)
+        deferred = self.backend.runtime.tables_on_use
         prepared, tables = _prepare(self.lowered, _bind(self.graph, params, self.dtype, deferred))
         with self._lock:
             self._install_params(prepared, tables, params)

@@ -1,9 +1,11 @@
 """Token tables, filled row by row on first use instead of at compile time.
 
 Pipeline position: between binding the params (:mod:`cortex.core.frontend.params`, in the pipeline's
-worker) and the executable's calls (:mod:`cortex.core.runtime.executable`). Only for a host runtime,
-whose program reads the param arrays in place (``cortex.core.plugin.backend.HostRuntime``); on a
-device the tables are made whole at compile time, as before.
+worker) and the executable's calls (:mod:`cortex.core.runtime.executable`). Only for a runtime
+with ``tables_on_use`` (``cortex.core.plugin.backend.Runtime``): a host runtime, whose program
+reads the param arrays in place, or a device runtime that copies the rows each fill wrote to its
+buffers before the next launch (``Runtime.refresh_rows``: OpenCL). Other devices get the tables
+whole at compile time.
 
 A *token table* is a derived param whose row ``t`` depends on token id ``t`` alone:
 
@@ -35,7 +37,7 @@ than :data:`PROGRESS_AFTER_S`, a progress bar (:mod:`cortex.core.runtime.progres
 from __future__ import annotations
 
 import time
-from typing import Collection, Mapping
+from typing import Any, Callable, Collection, Mapping
 
 import numpy as np
 
@@ -95,9 +97,13 @@ class TokenTables:
         self.complete = False
         self.arrays: dict[str, np.ndarray] = dict(own or {})
         self.rows_computed = 0  # over the executable's life (a diagnostic, and for tests)
+        self._on_rows: Callable[[np.ndarray], Any] | None = None
 
-    def attach(self, arrays: Mapping[str, np.ndarray]) -> None:
-        """The arrays (by table name) the program reads: C-contiguous host arrays, row-major."""
+    def attach(self, arrays: Mapping[str, np.ndarray], on_rows: Callable[[np.ndarray], Any] | None = None) -> None:
+        """The arrays (by table name) the program reads: C-contiguous host arrays, row-major;
+        ``on_rows(rows)`` is called after each fill with the rows it wrote (sorted, distinct),
+        e.g. to copy them to a device (``Runtime.refresh_rows``)."""
+        self._on_rows = on_rows
         for name in self.names:
             if name in self.arrays and name not in arrays:
                 continue  # our own storage
@@ -174,6 +180,8 @@ class TokenTables:
                 first = self._readable()[d.args[0]][rows]
                 value = compute_derived(d.recipe, [first] + [self._sources[a] for a in d.args[1:]], self.dtype)
             self.arrays[name][rows] = value
+        if self._on_rows is not None:
+            self._on_rows(rows)
         self._done[rows] = True
         self.rows_computed += len(rows)
         if self._done.all():

@@ -10,8 +10,9 @@ native call for the whole batch.
 Capabilities come from the real CPU: SIMD width from the LLVM CPU's features (512 bits with
 AVX-512) and its register count, ``num_cores`` from the ``threads`` option (default: every
 usable CPU), the per-core L2 size from sysfs, fp64, the level loop inside one call
-(``single_call``), no grid, prefetches, and the code generator's measured knob preferences
-(:data:`PREFERRED`). The team runs the schedule's ``threads`` (``Program.launch``).
+(``single_call``), no grid, prefetches, bfloat16 weight storage (``weights="bfloat16"``: the
+kernels widen each loaded weight to float32), and the code generator's measured knob
+preferences (:data:`PREFERRED`). The team runs the schedule's ``threads`` (``Program.launch``).
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ def capabilities(options: Mapping[str, Any]) -> Capabilities:
         cache_bytes_per_core=l2_bytes_per_core() or (1 << 20),
         vector_bits=bits, vector_registers=32 if bits >= 512 else 16,
         supports_fp64=True, dialect="", single_call=True, prefetch=True, preferred=PREFERRED,
+        weight_storage=("bfloat16",),  # kernel.widen: i16 loads widened to float32
     )
 
 

@@ -21,7 +21,7 @@ from cortex.core import loopir as ir
 from cortex.plugins.cpu_llvm.expressions import _Expressions
 from cortex.plugins.cpu_llvm.ir_queries import _Idx, _var_names, _walk, vector_width
 from cortex.plugins.cpu_llvm.lanes import _VecCtx
-from cortex.plugins.cpu_llvm.llvm_types import (I1, I8, I32, I64, LTYPE, PARTITIONED_KINDS, PTR, SIZEOF, SIZEOF_LL,
+from cortex.plugins.cpu_llvm.llvm_types import (F32, I1, I8, I32, I64, LTYPE, PARTITIONED_KINDS, PTR, SIZEOF, SIZEOF_LL,
                                                 VOID, CodegenError, _LoopMD, _is_vec, _splat_const, _vkey,
                                                 _zero_mask)
 from cortex.plugins.cpu_llvm.reductions import _Reductions
@@ -156,7 +156,19 @@ class _KernelGen(_Expressions, _Reductions, _RegisterArrays):
         if self.varying(ir.Seq(()) if not index else _Idx(index)):
             return self.vector_access(name, index, None)
         ptr, ty = self.address(name, index)
-        return self.b.load(ptr, typ=ty)
+        return self.widen(name, self.b.load(ptr, typ=ty))
+
+    def widen(self, name: str, stored: ll.Value) -> ll.Value:
+        """A loaded value of buffer ``name`` as its dtype: bfloat16 storage (``i16``, a vector
+        inside a vectorized loop) becomes float32 by ``zext``, ``shl 16`` and a bitcast; other
+        buffers pass through."""
+        if name in self.allocs or not self.p.buffer(name).storage:
+            return stored
+        # (a shuffle of the words into the high halves, one vpermt2w, measured no faster)
+        n = stored.type.count if _is_vec(stored) else 0
+        wide = ll.VectorType(I32, n) if n else I32
+        bits = self.b.shl(self.b.zext(stored, wide), self.const_like(wide, 16))
+        return self.b.bitcast(bits, ll.VectorType(F32, n) if n else F32)
 
     def store(self, name: str, index: tuple[ir.Expr, ...], value: ll.Value) -> None:
         if name in self.regs:
@@ -180,7 +192,7 @@ class _KernelGen(_Expressions, _Reductions, _RegisterArrays):
         assert vec is not None
         shape = self.allocs[name].shape if name in self.allocs else tuple(self.p.buffer(name).shape)
         dims = [d if isinstance(d, int) else ir.const_int(d) for d in shape]
-        elem = LTYPE[self.allocs[name].dtype if name in self.allocs else self.p.buffer(name).dtype]
+        elem = LTYPE[self.allocs[name].dtype if name in self.allocs else self.p.buffer(name).stored]
         stride = 0
         row = 1
         for k in reversed(range(len(index))):
@@ -201,7 +213,7 @@ class _KernelGen(_Expressions, _Reductions, _RegisterArrays):
             vt = ll.VectorType(elem, w)
             align = SIZEOF_LL[str(elem)]
             if value is None:
-                return self.b.load(ptr, typ=vt, align=align)
+                return self.widen(name, self.b.load(ptr, typ=vt, align=align))
             (value,) = self.match(value) if _is_vec(value) else (self.splat(value, w),)
             self.b.store(value, self.b.bitcast(ptr, vt.as_pointer()), align=align)
             return None
@@ -218,7 +230,7 @@ class _KernelGen(_Expressions, _Reductions, _RegisterArrays):
                 out = b.insert_element(out, b.load(ptr, typ=ty), ll.Constant(I32, lane))
             else:
                 b.store(b.extract_element(value, ll.Constant(I32, lane)), ptr)
-        return out if value is None else None
+        return self.widen(name, out) if value is None else None
 
     def flat_offset(self, name: str, index: tuple[ir.Expr, ...]) -> tuple[ll.Value, ll.Type]:
         """The row-major element offset (i64, a vector when the index varies) and element type."""
@@ -228,7 +240,7 @@ class _KernelGen(_Expressions, _Reductions, _RegisterArrays):
             dtype = a.dtype
         else:
             bf = self.p.buffer(name)
-            shape, dtype = bf.shape, bf.dtype
+            shape, dtype = bf.shape, bf.stored
         if len(index) != len(shape):
             raise CodegenError(f"access {name} with {len(index)} indices; it has {len(shape)} dims")
         b = self.b
@@ -447,7 +459,7 @@ class _KernelGen(_Expressions, _Reductions, _RegisterArrays):
         """``llvm.prefetch`` (read, high locality) of every 64-byte line of the ``count``
         elements from ``buffer[index]``: one per cache line."""
         ptr, ty = self.address(s.buffer, s.index)
-        size = SIZEOF[self.allocs[s.buffer].dtype if s.buffer in self.allocs else self.p.buffer(s.buffer).dtype]
+        size = SIZEOF[self.allocs[s.buffer].dtype if s.buffer in self.allocs else self.p.buffer(s.buffer).stored]
         fn = self.mod.decl("llvm.prefetch.p0", VOID, [PTR, I32, I32, I32])
         for off in range(0, s.count * size, 64):
             at = self.b.gep(ptr, [ll.Constant(I64, off)], source_etype=I8) if off else ptr

@@ -13,14 +13,16 @@ from cortex.core import loopir as ir
 
 I1 = ll.IntType(1)
 I8 = ll.IntType(8)
+I16 = ll.IntType(16)
 I32 = ll.IntType(32)
 I64 = ll.IntType(64)
 F32 = ll.FloatType()
 F64 = ll.DoubleType()
 PTR = ll.PointerType()
 VOID = ll.VoidType()
-LTYPE = {"int32": I32, "bool": I1, "float32": F32, "float64": F64}
-SIZEOF = {"int32": 4, "bool": 1, "float32": 4, "float64": 8}
+# "bfloat16": a storage format (``Buffer.stored``), loaded as i16 and widened to float
+LTYPE = {"int32": I32, "bool": I1, "float32": F32, "float64": F64, "bfloat16": I16}
+SIZEOF = {"int32": 4, "bool": 1, "float32": 4, "float64": 8, "bfloat16": 2}
 PARTITIONED_KINDS = ("parallel", "gpu_group")
 FAST_REDUCE = ("reassoc", "contract")
 
@@ -68,7 +70,7 @@ def _width(v: ll.Value) -> int:
     return v.type.count if _is_vec(v) else 0
 
 
-SIZEOF_LL = {"i32": 4, "i1": 1, "float": 4, "double": 8}
+SIZEOF_LL = {"i32": 4, "i1": 1, "float": 4, "double": 8, "i16": 2}
 
 
 

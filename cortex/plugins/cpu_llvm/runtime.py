@@ -174,7 +174,7 @@ class CompiledProgram:
         nb, ns = len(program.buffers), len(program.sizes)
         self._ptrs = (ctypes.c_void_p * max(nb, 1))()
         self._sizes = (ctypes.c_int32 * max(ns, 1))()
-        self._buf_dtypes = [np.dtype(np_dtype(b.dtype)) for b in program.buffers]
+        self._buf_dtypes = [np.dtype(np_dtype(b.stored)) for b in program.buffers]
         self._ptrs_addr, self._sizes_addr = ctypes.addressof(self._ptrs), ctypes.addressof(self._sizes)
         self._last: list = [None] * max(nb, 1)  # the arrays whose pointers _ptrs holds
 
@@ -288,7 +288,7 @@ class CompiledProgram:
                 continue
             if not (isinstance(a, np.ndarray) and a.flags.c_contiguous and a.dtype == dt):
                 b = self.program.buffers[i]
-                raise TypeError(f"buffer {b.name} must be a C-contiguous {b.dtype} ndarray")
+                raise TypeError(f"buffer {b.name} must be a C-contiguous {dt} ndarray")
         self.launch(arrays, sizes)
 
     def run(self, buffers: Mapping[str, np.ndarray], sizes: Mapping[str, int]) -> dict[str, np.ndarray]:
@@ -315,7 +315,7 @@ class CompiledProgram:
             else:
                 a = np.asarray(a)
                 if a.dtype != dt:
-                    if not b.read_only:
+                    if not b.read_only or b.storage:  # a cast would not round to the format
                         raise LLVMRuntimeError(f"buffer {b.name} must be {dt}, got {a.dtype}")
                     a = a.astype(dt)
                 if tuple(a.shape) != tuple(shape):

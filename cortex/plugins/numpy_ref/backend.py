@@ -34,6 +34,7 @@ CAPABILITIES = Capabilities(
     supports_fp64=True,
     dialect="",
     single_call=True,
+    weight_storage=("bfloat16",),  # the interpreter widens the stored weights before it runs
 )
 
 

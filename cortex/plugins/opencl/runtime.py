@@ -468,6 +468,33 @@ class OpenCLRuntime(Runtime):
     def upload(self, array: np.ndarray) -> HostArray:
         return HostArray(np.array(array, copy=True, order="C"))
 
+    def adopt(self, array: np.ndarray) -> HostArray:
+        """The executable's prepared param, handed over: kept as it is (a token table's zero
+        pages stay unallocated on the host)."""
+        return HostArray(np.ascontiguousarray(array))
+
+    # token tables filled on use: the calls write rows into the host copy, and the rows go to
+    # the param's device buffer (made from the whole host copy at its first launch) before the
+    # launch that reads them
+    tables_on_use = True
+
+    def table_host_array(self, buffer: HostArray) -> np.ndarray:
+        return buffer.array
+
+    def refresh_rows(self, buffer: HostArray, rows: np.ndarray) -> None:
+        """One write per run of consecutive rows into the param's device buffer, if it has one
+        yet (else its first launch copies the whole host array, these rows included)."""
+        import pyopencl as cl
+
+        if buffer.device is None or not len(rows):
+            return
+        a = buffer.array.reshape(buffer.array.shape[0], -1)
+        row_bytes = a.strides[0]
+        breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+        for run in np.split(rows, breaks):
+            lo, hi = int(run[0]), int(run[-1]) + 1
+            cl.enqueue_copy(self.device.queue, buffer.device, a[lo:hi], dst_offset=lo * row_bytes, is_blocking=True)
+
     def download(self, buffer: Any, out: np.ndarray) -> np.ndarray:
         if isinstance(buffer, HostArray):
             out[...] = buffer.array

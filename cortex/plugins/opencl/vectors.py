@@ -11,7 +11,20 @@ becomes a vector variable, a lane-free one a scalar (OpenCL C widens scalars in 
 fused reduction loops take (``cortex.core.lowering.jam_fuse``): weight vectors loaded once, accumulators
 updated with ``fma``. The vector type is a typedef with the element's alignment, so loads and
 stores are unaligned vector moves: PoCL's ``vload``/``vstore`` are library calls its compiler
-does not inline (measured: every accumulator spilled). Any other loop renders as the core
+does not inline (measured: every accumulator spilled).
+
+A loop whose body holds a lane-dependent ``sum`` (a GEMV row per lane that the jam did not fuse:
+child-sum's per-child forget gate, MV-RNN's matrix products) is also tried in a wider form:
+integer lets affine in the lane are inlined (a packed weight's ``[j // W, k, j % W]`` then reads
+one block, ``jam_fuse.split_lane``), a ``sum`` over a lane-free range becomes a vector
+accumulator loop (nested sums nest), a ``select`` on a lane-free condition a C conditional
+(only the chosen side is evaluated: a missing child's row is not read), and ``sigmoid``,
+``tanh``, ``exp`` the OpenCL vector built-ins. Written per lane instead, each lane's sum is a
+scalar loop over stride-``W`` weights that the driver does not vectorize (child-sum b1: the
+per-child gates were most of the call). The wide form also takes 32 and 64 lanes (a matrix
+nest's column loop merged by the ``wide_lanes`` knob) as clang vectors of several registers,
+without built-in calls: one accumulator loop whose every weight broadcast feeds all of them. Loops without such a sum keep the narrow form, whose
+transcendentals the driver inlines (``FAST_SIGMOID_HELPER``). Any other loop renders as the core
 renderer writes it.
 
 ``min_vector_bits`` > 0 marks every kernel ``__attribute__((min_vector_width(N)))`` (clang, so
@@ -23,11 +36,19 @@ step); with it they stay 20 zmm registers.
 from __future__ import annotations
 
 from cortex.core import loopir as ir
+from cortex.core.lowering.jam_fuse import split_lane
 from cortex.core.render import c_family as render_c
 from cortex.core.render.dialects import get_dialect
 
 #: Lanes of an OpenCL vector statement (``vectorized`` loops of these trip counts).
 VECTOR_TRIPS = (2, 3, 4, 8, 16)
+
+#: Longer lanes the wide form also takes, as clang vectors (several SIMD registers; no built-in
+#: calls): a matrix nest's column loop merged by ``wide_lanes``.
+WIDE_TRIPS = (32, 64)
+
+#: Calls the wide form writes as OpenCL's vector built-ins (``sigmoid`` as ``1 / (1 + exp(-x))``).
+VECTOR_CALLS = ("sigmoid", "tanh", "exp")
 
 
 def _names(e: ir.Node) -> set[str]:
@@ -58,6 +79,8 @@ class _VectorRenderer(render_c.CRenderer):
     """See the module doc."""
 
     min_vector_bits = 0
+    wide = False  # the wide form (see the module doc) is being tried
+    lanes = 0  # of the loop being written
 
     def kernel(self, k: ir.Kernel) -> str:
         text = super().kernel(k)
@@ -105,8 +128,15 @@ class _VectorRenderer(render_c.CRenderer):
                     and not any(n in vlets for i in e.index for n in _names(i)))
         if isinstance(e, ir.BinOp) and e.op in ("+", "-", "*"):
             return self._vector_ok(e.a, lane, dtype, vlets) and self._vector_ok(e.b, lane, dtype, vlets)
-        if isinstance(e, ir.Call) and e.fn == "fma":
+        if isinstance(e, ir.Call) and (e.fn == "fma" or (self.wide and e.fn in VECTOR_CALLS
+                                                          and self.lanes in VECTOR_TRIPS)):
             return all(self._vector_ok(a, lane, dtype, vlets) for a in e.args)
+        if self.wide and isinstance(e, ir.Select):
+            return (not self._varies(e.cond, lane, vlets) and self._vector_ok(e.a, lane, dtype, vlets)
+                    and self._vector_ok(e.b, lane, dtype, vlets))
+        if self.wide and isinstance(e, ir.Reduce):
+            return (e.op == "sum" and e.lanes == 1 and not self._varies(e.start, lane, vlets)
+                    and not self._varies(e.stop, lane, vlets) and self._vector_ok(e.body, lane, dtype, vlets))
         return False
 
     def _vexpr(self, e: ir.Expr, lane: str, start: ir.Expr, vt: str, vlets: dict[str, str]) -> str:
@@ -117,12 +147,44 @@ class _VectorRenderer(render_c.CRenderer):
         if isinstance(e, ir.Load):
             index = tuple(ir.substitute(i, {lane: start}) for i in e.index)
             return self._pointer(e.buffer, vt, index)  # type: ignore[arg-type]
-        if isinstance(e, ir.Call):  # fma: every argument a vector
-            args = [self._vexpr(a, lane, start, vt, vlets) if self._varies(a, lane, vlets)
-                    else f"(({vt})({self.expr(a)}))" for a in e.args]
-            return f"fma({', '.join(args)})"
+        if isinstance(e, ir.Call):  # every argument a vector
+            args = [self._vector(a, lane, start, vt, vlets) for a in e.args]
+            if e.fn == "sigmoid":
+                return f"(({vt})(1) / (({vt})(1) + exp(-{args[0]})))"
+            return f"{e.fn}({', '.join(args)})"
+        if isinstance(e, ir.Select):  # a lane-free condition: only the chosen side runs
+            cond = self.expr(e.cond)
+            sides = []
+            for side in (e.a, e.b):
+                saved, self.pre = self.pre, []
+                sides.append((self._vector(side, lane, start, vt, vlets), self.pre))
+                self.pre = saved
+            (a, la), (b, lb) = sides
+            if not la and not lb:
+                return f"({cond} ? {a} : {b})"
+            tmp = self.fresh("vsel")  # a side with a loop (a sum) runs under its branch only
+            self.pre += ([f"{vt} {tmp};", f"if ({cond}) {{"] + ["  " + x for x in la] + [f"  {tmp} = {a};", "} else {"]
+                         + ["  " + x for x in lb] + [f"  {tmp} = {b};", "}"])
+            return tmp
+        if isinstance(e, ir.Reduce):  # a vector accumulator, its loop before the statement
+            it = self.d.int_type
+            acc, lo, hi = self.fresh("vacc"), self.fresh("lo"), self.fresh("hi")
+            self.pre += [f"const {it} {lo} = {self.expr(e.start)};", f"const {it} {hi} = {self.expr(e.stop)};",
+                         f"{vt} {acc} = ({vt})(0);"]
+            saved, self.pre = self.pre, []
+            body = self._vexpr(e.body, lane, start, vt, vlets)
+            lines, self.pre = self.pre, saved
+            self.pre += ([f"for ({it} {e.var} = {lo}; {e.var} < {hi}; ++{e.var}) {{"]
+                         + ["  " + x for x in lines] + [f"  {acc} += {body};", "}"])
+            return acc
         assert isinstance(e, ir.BinOp)
         return f"({self._vexpr(e.a, lane, start, vt, vlets)} {e.op} {self._vexpr(e.b, lane, start, vt, vlets)})"
+
+    def _vector(self, e: ir.Expr, lane: str, start: ir.Expr, vt: str, vlets: dict[str, str]) -> str:
+        """``e`` as a vector: a lane-free value widened."""
+        if self._varies(e, lane, vlets):
+            return self._vexpr(e, lane, start, vt, vlets)
+        return f"(({vt})({self.expr(e)}))"
 
     def _statements(self, s: ir.Stmt, lane: str, start: ir.Expr, lanes: int, vlets: dict[str, str],
                     pad: str) -> list[str] | None:
@@ -137,6 +199,10 @@ class _VectorRenderer(render_c.CRenderer):
             return out
         if isinstance(s, ir.Let):
             dtype = self.dtype(s.value)
+            if (self.wide and dtype == ir.INT and self._varies(s.value, lane, vlets)
+                    and _lane_coefficient(s.value, lane) is not None):
+                body = split_lane(ir.substitute(s.body, {s.var: s.value}), lane, lanes)
+                return self._statements(body, lane, start, lanes, vlets, pad)  # type: ignore[arg-type]
             if not self._varies(s.value, lane, vlets):
                 line = f"{pad}const {self.ctype(dtype)} {s.var} = {self.expr(s.value)};"
             elif dtype in ir.FLOAT_DTYPES and self._vector_ok(s.value, lane, dtype, vlets):
@@ -145,8 +211,9 @@ class _VectorRenderer(render_c.CRenderer):
                 vlets = {**vlets, s.var: dtype}
             else:
                 return None
+            head = self.flush(pad) + [line]  # the lines this let's value needs, before the body's
             rest = self._statements(s.body, lane, start, lanes, vlets, pad)
-            return None if rest is None else self.flush(pad) + [line] + rest
+            return None if rest is None else head + rest
         if isinstance(s, ir.Store):
             dtype = self.dtypes.get(s.buffer)
             if (dtype not in ir.FLOAT_DTYPES or not self._contiguous(s.index, lane)
@@ -164,11 +231,20 @@ class _VectorRenderer(render_c.CRenderer):
 
     def loop(self, s: ir.For, depth: int) -> list[str]:
         start, stop = ir.const_int(s.start), ir.const_int(s.stop)
-        if s.kind != "vectorized" or start is None or stop is None or stop - start not in VECTOR_TRIPS:
+        if (s.kind != "vectorized" or start is None or stop is None
+                or stop - start not in VECTOR_TRIPS + WIDE_TRIPS):
             return super().loop(s, depth)
         pad = "  " * depth
         saved = list(self.pre)
-        body = self._statements(s.body, s.var, ir.Const(start, ir.INT), stop - start, {}, pad + "  ")
+        self.lanes = stop - start
+        body = (self._statements(s.body, s.var, ir.Const(start, ir.INT), stop - start, {}, pad + "  ")
+                if stop - start in VECTOR_TRIPS else None)
+        if body is None and start == 0 and any(isinstance(n, ir.Reduce) for n in ir.walk(s.body)):
+            self.pre, self.wide = list(saved), True
+            try:
+                body = self._statements(s.body, s.var, ir.Const(0, ir.INT), stop, {}, pad + "  ")
+            finally:
+                self.wide = False
         if body is None:
             self.pre = saved
             return super().loop(s, depth)
