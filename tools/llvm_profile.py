@@ -9,13 +9,14 @@ computed before the level's barrier and the time it waited there (microseconds).
 
 Usage::
 
-    python tools/llvm_profile.py --batch 1 --hidden 256 [--threads 2] [--reps 200]
+    python tools/llvm_profile.py --batch 1 --hidden 256 [--threads 2] [--reps 200] [--schedule '{"panel_kib": 0}']
     python tools/llvm_profile.py --model DAGRNN --batch 10 --tokens 30
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -37,6 +38,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--reps", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--schedule", default="", help="JSON of schedule knobs over the default rules")
     ap.add_argument("--shared-us", type=float, default=25.0,
                     help="a barrier wait above this (us) flags a call as disturbed")
     a = ap.parse_args(argv)
@@ -49,7 +51,8 @@ def main(argv: list[str] | None = None) -> None:
         model = build_model(GroupKey(a.model, a.hidden, None, 20000, a.seed))
         width = model.params["U"].shape[1] if a.model == "DAGRNN" else model_spec(a.model).hidden(a.hidden)
         trees = make_inputs(a.model, a.tokens, a.batch, vocab=20000, width=width, seed=a.seed).structures
-    exe = cortex.compile(model, target="llvm", threads=a.threads, profile=True)
+    schedule = json.loads(a.schedule) if a.schedule else "default"
+    exe = cortex.compile(model, target="llvm", threads=a.threads, profile=True, schedule=schedule)
     lin = exe.linearize(trees)
     offs = np.diff(np.asarray(lin.level_offsets)) if hasattr(lin, "level_offsets") else None
     prog = exe.artifact

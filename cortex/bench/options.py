@@ -45,6 +45,7 @@ class BenchOptions:
     variants: bool = False  # Cortex: also time call_uncached and run_prelinearized
     compile_options: tuple[tuple[str, Any], ...] = ()
     quick: bool = False
+    roof: int = 4096  # size of the matrix product timed once per round as the FLOP roof (0: off)
     out: Path = Path("cortex-bench")
     plots: bool = True
 
@@ -58,6 +59,8 @@ class BenchOptions:
                 raise ValueError(f"{label} must be positive integers, got {values}")
         if self.sweep not in ("star", "grid"):
             raise ValueError(f"sweep must be 'star' or 'grid', got {self.sweep!r}")
+        if self.roof < 0:
+            raise ValueError(f"roof must be >= 0 (0: off), got {self.roof}")
         if self.rounds < 1:
             raise ValueError(f"rounds must be >= 1, got {self.rounds}")
         if self.isolation not in ISOLATION_METHODS:
@@ -121,7 +124,7 @@ def target_spec(text: str) -> tuple[str, tuple[tuple[str, Any], ...]]:
 
 
 QUICK = dict(models=("TreeLSTM", "ChildSumTreeLSTM"), batches=(1, 4), hiddens=(16, 32),
-             tokens=(4, 8), vocab=100, rounds=2,
+             tokens=(4, 8), vocab=100, rounds=2, roof=0,
              timing=Timing(min_reps=3, min_time_s=0.0, max_time_s=0.05, warmup=1))
 
 
@@ -189,6 +192,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "prelinearized batch")
     p.add_argument("--max-table-mib", type=float, default=None,
                    help="compile option max_table_mib for every Cortex target")
+    p.add_argument("--roof", type=int, default=d.roof, metavar="N",
+                   help="time an N x N float32 NumPy matrix product once per round, with the peers' "
+                        "threads, as the machine's FLOP roof; results get roof_fraction (default: "
+                        "%(default)s; 0: off; --quick: off)")
     p.add_argument("--quick", action="store_true",
                    help="a tiny sweep that runs in well under a minute (CI): overrides the sizes, the "
                         "rounds and the timing (and the models, unless given)")
@@ -209,7 +216,7 @@ def from_args(ns: argparse.Namespace) -> BenchOptions:
                             batches=ns.batches, hiddens=ns.hiddens, tokens=ns.tokens, sweep=ns.sweep,
                             embed=ns.embed, vocab=ns.vocab, seed=ns.seed, rounds=ns.rounds,
                             timing=timing, threads=ns.threads, isolation=ns.isolation,
-                            variants=ns.variants, compile_options=compile_options, out=ns.out,
+                            variants=ns.variants, compile_options=compile_options, roof=ns.roof, out=ns.out,
                             plots=not ns.no_plots)
     except ValueError as exc:
         raise SystemExit(f"cortex bench: {exc}") from None

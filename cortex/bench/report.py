@@ -217,11 +217,13 @@ def _load(values: list[float] | None) -> str:
 
 
 def results_table(doc: dict[str, Any], markdown: bool) -> str:
-    """Per point: every contender's median (ms, with the relative p10-p90 spread) and every
-    target's speedup over each peer."""
+    """Per point: every contender's median (ms, with the relative p10-p90 spread), every
+    target's speedup over each peer and its GFLOP/s (with the share of the roof, when measured)."""
     targets, peers = contenders(doc)
+    roof = (doc.get("roof") or {}).get("gflops_median")
     head = ["model", "hidden", "tokens", "batch"] + [f"{n} ms" for n in targets + peers]
     head += [f"{t}/{p}" for t in targets for p in peers]
+    head += [f"{t} GFLOP/s" + (" (roof)" if roof else "") for t in targets]
     rows = []
     for s in doc["summary"]:
         recs = {r["name"]: r for r in doc["results"]
@@ -240,6 +242,9 @@ def results_table(doc: dict[str, Any], markdown: bool) -> str:
             sp = s["targets"].get(t, {}).get("speedup_vs_peer", {})
             for p in peers:
                 row.append(f"{sp[p]:.2f}x" if p in sp else "")
+        for t in targets:
+            g, frac = s["targets"].get(t, {}).get("gflops"), s["targets"].get(t, {}).get("roof_fraction")
+            row.append("" if g is None else f"{g:.1f}" + (f" ({frac:.0%})" if frac is not None else ""))
         rows.append(row)
     if markdown:
         lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
@@ -267,6 +272,12 @@ def markdown(doc: dict[str, Any], images: list[str]) -> str:
              f">= {s['timing']['min_time_s']} s per case; threads: {s['threads'] or 'every usable CPU'}. "
              "Times are medians over all rounds; ± is half the p10-p90 spread relative to the "
              "median; `T/P` is peer P's median over target T's (above 1: Cortex is faster).", ""]
+    roof = doc.get("roof")
+    if roof and roof.get("gflops_median"):
+        lines += [f"Roof: a {roof['size']}^3 float32 NumPy matrix product, "
+                  f"{roof['gflops_median']:.1f} GFLOP/s (median of {len(roof['gflops_rounds'])} rounds, "
+                  f"{min(roof['gflops_rounds']):.1f}-{max(roof['gflops_rounds']):.1f}); GFLOP/s count the "
+                  "model's equations (`flop_formula`), '(roof)' is the share of the roof.", ""]
     lines += [f"![{Path(i).stem}]({i})" for i in images]
     lines += ["", results_table(doc, markdown=True), ""]
     bad = [r for r in doc["results"] if r["status"] != "ok"]

@@ -39,6 +39,7 @@ from cortex.bench.contenders import ContenderSpec, Point
 from cortex.bench.isolation import ISOLATION_METHODS, WorkerError, make_host
 from cortex.bench.options import BenchOptions, target_spec
 from cortex.bench.peers import peer_for, select
+from cortex.bench.roof import summary as roof_summary
 from cortex.bench.summary import summarize
 from cortex.bench.timing import summarize as timing_summary
 from cortex.bench.workloads import (GroupKey, batch_shape, build_model, flops, linearize_for,
@@ -126,6 +127,8 @@ class Runner:
         self.points: list[dict[str, Any]] = []
         self.compiles: list[dict[str, Any]] = []
         self.log_dir: Path | None = None
+        self.roof_ns: list[int] = []
+        self.roof_error: str | None = None
 
     # ---------------------------------------------------------------- workers
     def host(self, label: str) -> Any:
@@ -211,6 +214,24 @@ class Runner:
                         break
                     c.samples.setdefault(variant, []).append(ns)
 
+    def measure_roof(self) -> None:
+        """One sample of the FLOP roof (``--roof``) in its own worker, between rounds."""
+        if not self.opts.roof or self.roof_error:
+            return
+        try:
+            self.roof_ns += self.host("roof").request("roof", MEASURE_TIMEOUT_S, size=self.opts.roof)
+        except WorkerError as exc:
+            self.roof_error = str(exc)
+            self.log(f"  roof: {exc}")
+
+    def roof(self) -> dict[str, Any] | None:
+        if not self.opts.roof:
+            return None
+        out = roof_summary(self.opts.roof, self.roof_ns)
+        if self.roof_error:
+            out["error"] = self.roof_error
+        return out
+
     def run_group(self, group: GroupKey, points: list[Point]) -> None:
         spec = model_spec(group.model)
         self.log(f"{group.model} h{spec.hidden(group.hidden)}: reference for {len(points)} point(s)")
@@ -231,6 +252,7 @@ class Runner:
         for r in range(self.opts.rounds):
             self.log(f"  round {r + 1}/{self.opts.rounds}")
             self.measure_round(r, live, points)
+            self.measure_roof()
         for c in specs:
             h = self.hosts.get(c.key)
             if h is not None:
@@ -240,7 +262,7 @@ class Runner:
                     pass
 
     # ---------------------------------------------------------------- records
-    def record(self, c: Case, ref_flops: int) -> dict[str, Any]:
+    def record(self, c: Case, ref_flops: int, roof_gflops: float | None = None) -> dict[str, Any]:
         g = c.group
         rec: dict[str, Any] = {"model": g.model, "hidden": g.hidden,
                                "model_hidden": model_spec(g.model).hidden(g.hidden),
@@ -250,6 +272,8 @@ class Runner:
         if c.status == "ok" and c.samples.get("call"):
             rec.update(timing_summary(c.samples["call"]))
             rec["gflops"] = ref_flops / (rec["median_ms"] * 1e-3) / 1e9 if rec["median_ms"] > 0 else None
+            if roof_gflops and rec["gflops"] is not None:
+                rec["roof_fraction"] = rec["gflops"] / roof_gflops
             rec["variants"] = {}
             for v, rounds in c.samples.items():
                 if v != "call":
@@ -269,7 +293,9 @@ class Runner:
         finally:
             self.close()
         fl = {(p["model"], p["hidden"], p["tokens"], p["batch"]): p["flops"] for p in self.points}
-        records = [self.record(c, fl[(c.group.model, c.group.hidden, *c.point)]) for c in self.cases]
+        roof = self.roof()
+        roof_gflops = roof["gflops_median"] if roof else None
+        records = [self.record(c, fl[(c.group.model, c.group.hidden, *c.point)], roof_gflops) for c in self.cases]
         host["loadavg_at_end"] = environment.loadavg()
         return {
             "schema": SCHEMA,
@@ -284,6 +310,7 @@ class Runner:
             "settings": self.settings(),
             "compile": self.compiles,
             "points": self.points,
+            "roof": roof,
             "results": records,
             "summary": summarize(records),
             "notes": self.notes(),
@@ -298,7 +325,7 @@ class Runner:
                 "sweep": o.sweep, "base": {"hidden": hb, "tokens": tb, "batch": bb},
                 "embed": o.embed, "vocab": o.vocab, "seed": o.seed, "dtype": "float32",
                 "rounds": o.rounds, "timing": asdict(o.timing), "threads": o.threads,
-                "variants": o.variants, "compile_options": dict(o.compile_options),
+                "variants": o.variants, "compile_options": dict(o.compile_options), "roof": o.roof,
                 "tolerance": TOLERANCE}
 
     def notes(self) -> list[str]:

@@ -55,7 +55,7 @@ def summarize(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if r["kind"] != "cortex":
                 continue
             t: dict[str, Any] = {k: r.get(k) for k in ("median_ms", "p10_ms", "p90_ms", "min_ms",
-                                                      "spread", "gflops", "compile_s",
+                                                      "spread", "gflops", "roof_fraction", "compile_s",
                                                       "first_call_ms")}
             t["speedup_vs_peer"] = {p["name"]: p["median_ms"] / r["median_ms"] for p in peers}
             t["speedup_vs_peer_rounds"] = {p["name"]: round_ratio_range(p, r) for p in peers}

@@ -9,7 +9,8 @@ in a log file and quotes when the worker dies.
 
 Operations: ``hello`` (pid, thread pools), ``setup`` (build a contender for a group's points:
 :func:`cortex.bench.contenders.build`), ``measure`` (time one point's call for one round),
-``drop`` (release the group: executables closed, memory freed) and ``quit``.
+``roof`` (time a float32 matrix product: :mod:`cortex.bench.roof`), ``drop`` (release the
+group: executables closed, memory freed) and ``quit``.
 :class:`Worker` is also used in the runner's own process for ``--isolation inprocess``.
 """
 
@@ -55,6 +56,11 @@ class Worker:
         if self.built is None or (point, variant) not in self.built.calls:
             raise KeyError(f"nothing to time for point {point} variant {variant!r}: set up first")
         return measure(self.built.calls[(point, variant)], timing)
+
+    def roof(self, size: int, reps: int = 1) -> list[int]:
+        from cortex.bench.roof import matmul_ns
+
+        return matmul_ns(size, reps)
 
     def drop(self) -> None:
         if self.built is not None:

@@ -244,6 +244,29 @@ def _jammed(program: ir.Program, width: int = 8, nodes: int = 8) -> ir.Program:
     return jammed
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_levels_run_in_blocks_of_nodes_match_the_interpreter(dtype):
+    """``panel_kib``'s transform with a panel of two nodes' rows: every level of more than two
+    nodes runs as several blocks, each a parallel loop over the hidden blocks with its barrier,
+    jammed in groups of 2 inside; the native code agrees with the interpreter."""
+    from cortex.core.lowering.jam import JamOptions, jam_levels
+    from cortex.core.lowering.level_blocks import block_levels, gathered_row_bytes
+    from cortex.core.lowering.level_interchange import interchange_levels, is_node_loop
+    from cortex.core.lowering.loop_shapes import block_hidden_loops
+
+    program = tree_lstm(H=32, dtype=dtype, form="single")
+    swapped, _ = interchange_levels(block_hidden_loops(program, 16 if dtype == "float32" else 8)[0])
+    row = max(gathered_row_bytes(x, swapped) for x in ir.walk(swapped) if isinstance(x, ir.For) and is_node_loop(x))
+    opts = JamOptions(nodes=2, register_lanes=16 if dtype == "float32" else 8)
+    blocked, n = block_levels(swapped, 2 * row, opts, chunks=2, where_it_pays=False)
+    assert n >= 1
+    blocked, _ = jam_levels(blocked, opts)
+    bufs, sizes = _case(program, seed=4)
+    want = run(program, dict(bufs), sizes)
+    got = CompiledProgram(blocked, threads=2).run(bufs, sizes)
+    _outputs_close(program, got, want, dtype)
+
+
 def test_interchanged_and_jammed_levels_match_the_reference():
     """Hidden 32 so the hidden loops vectorize (16 float32 / 8 float64 lanes): the schedule
     interchanges the levels (threads split the weight rows) and jams groups of nodes; the

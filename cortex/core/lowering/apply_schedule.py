@@ -48,6 +48,7 @@ from cortex.core import loopir as ir
 from cortex.core.plugin.capabilities import Capabilities
 from cortex.core.lowering.hoist_projections import hoist_projections
 from cortex.core.lowering.jam import JamOptions, jam_levels, stages
+from cortex.core.lowering.level_blocks import block_levels
 from cortex.core.lowering.level_interchange import interchange_levels
 from cortex.core.lowering.row_jam import jam_rows
 from cortex.core.lowering.schedule import Schedule
@@ -160,6 +161,7 @@ def apply_loop_schedule(program: ir.Program, s: Schedule, caps: Capabilities) ->
     ``wide_lanes``      ``loop_shapes.widen_vector_nests`` (matrix nests' column loops)
     ``hidden_jam``      ``loop_shapes.block_hidden_loops`` (only with a node jam)
     ``interchange``     ``level_interchange.interchange_levels``
+    ``panel_kib``       ``level_blocks.block_levels`` (blocks of a large level's nodes, jammed)
     ``node_jam`` & co.  ``jam.jam_levels`` (groups of nodes, fused reductions)
     ``row_jam``         ``row_jam.jam_rows`` (rows of a node's matrix nest, node loops not jammed)
     ``prefetch``        ``loop_shapes.insert_prefetches`` (gathered table rows)
@@ -181,12 +183,19 @@ def apply_loop_schedule(program: ir.Program, s: Schedule, caps: Capabilities) ->
     if s.interchange:
         program, n = interchange_levels(program)
         notes.append(f"interchange: {n} level loops inside their hidden-unit loops (threads split the weight rows)")
+    lanes = caps.vector_lanes(_itemsize(_float_dtype(program)))
+    opts = JamOptions(nodes=s.node_jam, pad=s.jam_pad, accumulators=s.jam_accumulators,
+                      register_lanes=lanes if lanes > 1 else s.hidden_jam, unroll=s.jam_unroll,
+                      interleave=s.jam_interleave)
+    blocked = 0
+    if s.interchange and s.panel_kib:
+        program, blocked = block_levels(program, s.panel_kib * 1024, opts if jam else None,
+                                         chunks=max(1, s.threads), cache_bytes=caps.cache_bytes_per_core)
+        notes.append(f"panel_kib={s.panel_kib}: {blocked} interchanged level loops run in blocks of nodes "
+                     f"gathering at most {s.panel_kib} KiB of rows")
     if jam:
-        lanes = caps.vector_lanes(_itemsize(_float_dtype(program)))
-        opts = JamOptions(nodes=s.node_jam, pad=s.jam_pad, accumulators=s.jam_accumulators,
-                          register_lanes=lanes if lanes > 1 else s.hidden_jam, unroll=s.jam_unroll,
-                          interleave=s.jam_interleave)
         program, n = jam_levels(program, opts, interchanged=s.interchange)
+        n += blocked  # the blocked levels were jammed block by block
         notes.append(f"node_jam={s.node_jam}: {n} level loops jammed"
                      f"{'' if s.interchange else ' (work units of hidden block x node chunk)'} in groups of "
                      f"{'/'.join(str(m) for m, _ in stages(s.node_jam, s.jam_pad))} nodes, "

@@ -72,6 +72,7 @@ class Schedule:
     bf16_dot: str = "widen"
     hoist_projections: bool = False
     row_jam: int = 1
+    panel_kib: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

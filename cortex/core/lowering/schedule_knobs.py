@@ -57,6 +57,9 @@ preference in ``Capabilities.preferred`` and the rule takes it when it is legal.
                        (``lowering.hoist_projections``)
 ``row_jam``            rows of a node's matrix nest computed together, sharing each vector load
                        (1 = off; ``lowering.row_jam``)
+``panel_kib``          an interchanged level whose nodes gather more than this many KiB of rows
+                       in their reductions runs in blocks of nodes that gather at most this
+                       much (``lowering.level_blocks``; 0 = the whole level at once)
 =====================  ========================================================================
 """
 
@@ -131,6 +134,15 @@ def space_knobs(caps: Capabilities, dtype: str) -> tuple[tuple[Knob, ...], tuple
     group_nodes = 256 * max(1, caps.num_cores // 2) if cpu else 8
     group_rule = ("256 nodes per two compute units (measured on PoCL's CPU device, docs/opencl.md)" if cpu
                   else "8 nodes: one work-group is one of many compute units")
+    # a level's panel of gathered rows: half of a core's cache (the other half for the weights a
+    # hidden block streams past it), so a level's rows stay there while the hidden blocks pass
+    # over them (lowering.level_blocks)
+    cache_kib = caps.cache_bytes_per_core // 1024
+    team = cpu and not unit_items  # a parallel loop split into one chunk per thread (llvm)
+    panel = 1 << ((cache_kib // 2).bit_length() - 1) if cache_kib >= 128 else 0
+    panels = _with((0, 256, 512, 1024, 2048, 4096), panel)
+    panel_rule = (f"half of a core's {cache_kib} KiB cache (a power of two)" if panel
+                  else "off: the cache size is unknown")
     jam = {"active": lambda s: s["node_jam"] > 1, "needs": ("node_jam",), "when": "node_jam > 1"}
 
     def hidden_jam(r: Mapping[str, Any]) -> tuple[int, str]:
@@ -216,6 +228,10 @@ def space_knobs(caps: Capabilities, dtype: str) -> tuple[tuple[Knob, ...], tuple
         knob("row_jam", (1, 2, 4, 8) if cpu else (1,), 4 if cpu else 1, "rows of a node's matrix nest per "
              "jammed group (1 = off)", "4 rows: a 64-wide row in four registers, four rows fill 16 of the "
              "accumulators" if cpu else "no jam on a grid target"),
+        knob("panel_kib", panels if team else (0,), panel if team else 0,
+             "KiB of gathered rows per block of an interchanged level's nodes (0 = whole levels)",
+             panel_rule if team else "off: no team of threads splitting a parallel loop into chunks here",
+             active=lambda s: s["interchange"], needs=("interchange",), when="interchange"),
     )
     constraints = (
         Constraint("tile_hidden must be 0 or a multiple of vector_width",
