@@ -97,6 +97,11 @@ class _Module:
         self.g_jmp = ll.GlobalVariable(self.m, ll.ArrayType(PTR, MAX_THREADS), "cx_jmp")
         self.g_jmp.linkage = "internal"
         self.g_jmp.initializer = ll.Constant(ll.ArrayType(PTR, MAX_THREADS), None)
+        # loops split dynamically (team.claim_fn): per thread the claim counter of its chunk
+        # (i64: the loop's sequence number, the next unit) and its count of such loops, one
+        # cache line each
+        self.g_claims = self._lines("cx_claims", I64)
+        self.g_claim_seq = self._lines("cx_claim_seq", I32)
         self.profile = False
 
     def enable_profile(self) -> None:
@@ -145,6 +150,15 @@ class _Module:
         g.linkage = "internal"
         g.initializer = ll.Constant(ty, value)
         g.align = 64  # one cache line each: no false sharing between the spin words
+        return g
+
+    def _lines(self, name: str, ty: ll.Type) -> ll.GlobalVariable:
+        """A per-thread word of type ``ty``, one 64-byte line per thread (``team.line_words``)."""
+        arr = ll.ArrayType(ty, MAX_THREADS * team.line_words(ty))
+        g = ll.GlobalVariable(self.m, arr, name)
+        g.linkage = "internal"
+        g.initializer = ll.Constant(arr, None)
+        g.align = 64
         return g
 
     def decl(self, name: str, ret: ll.Type, args: list[ll.Type]) -> ll.Function:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from llvmlite import ir as ll
 
 from cortex.core import loopir as ir
+from cortex.plugins.cpu_llvm import team
 from cortex.plugins.cpu_llvm.expressions import _Expressions
 from cortex.plugins.cpu_llvm.ir_queries import _Idx, _var_names, _walk, vector_width
 from cortex.plugins.cpu_llvm.lanes import _VecCtx
@@ -459,15 +460,75 @@ class _KernelGen(_Expressions, _Reductions, _RegisterArrays):
             return
         start, stop = self.expr(s.start), self.expr(s.stop)
         split = s.kind in PARTITIONED_KINDS and not self.partitioned
-        if split:
-            # contiguous chunk per thread: [start + tid*chunk, min(stop, start + (tid+1)*chunk))
-            n = b.sub(stop, start, flags=["nsw"])
-            n = b.select(b.icmp_signed(">", n, ll.Constant(I32, 0)), n, ll.Constant(I32, 0))
-            chunk = b.sdiv(b.add(n, b.sub(self.nth, ll.Constant(I32, 1))), self.nth)
-            lo = b.add(start, b.mul(self.tid, chunk, flags=["nsw"]), flags=["nsw"])
-            hi = b.add(lo, chunk, flags=["nsw"])
-            hi = b.select(b.icmp_signed("<", hi, stop), hi, stop)
-            start, stop = lo, hi
+        if split and "dynamic" in s.annotations and not self.regs:
+            self.claimed_loop(s, start, stop)
+        else:
+            if split:
+                # contiguous chunk per thread: [start + tid*chunk, min(stop, start + (tid+1)*chunk))
+                chunk = self.chunk(start, stop)
+                start = b.add(start, b.mul(self.tid, chunk, flags=["nsw"]), flags=["nsw"])
+                stop = self.min32(b.add(start, chunk, flags=["nsw"]), stop)
+            self.counted_loop(s, start, stop, split)
+        if split:  # fork-join semantics of a CPU parallel loop (as OpenMP's implicit barrier)
+            b.call(self.barrier_fn, [self.nth, self.tid])
+        self.last_loop_synced = split
+
+    def chunk(self, start: ll.Value, stop: ll.Value) -> ll.Value:
+        """A thread's share of the iterations ``[start, stop)``: ``ceil(max(n, 0) / nthreads)``."""
+        b = self.b
+        n = b.sub(stop, start, flags=["nsw"])
+        n = b.select(b.icmp_signed(">", n, ll.Constant(I32, 0)), n, ll.Constant(I32, 0))
+        return b.sdiv(b.add(n, b.sub(self.nth, ll.Constant(I32, 1))), self.nth)
+
+    def min32(self, x: ll.Value, y: ll.Value) -> ll.Value:
+        return self.b.select(self.b.icmp_signed("<", x, y), x, y)
+
+    def claimed_loop(self, s: ir.For, start: ll.Value, stop: ll.Value) -> None:
+        """A loop annotated "dynamic" split across the team at run time (``team.claim_fn``):
+        each thread's static chunk is cut into units of ``ceil(chunk / CLAIMS_PER_THREAD)``
+        iterations; a thread claims its own chunk's units, then those left in the chunks of
+        threads ``tid + 1, tid + 2, ...``. A thread that runs late (descheduled) leaves its
+        unclaimed units to the others; a thread that is not late runs its own chunk, as under
+        the static split (the weight rows it keeps in its cache). Each iteration is the same
+        code whichever thread runs it: the results are those of the static split."""
+        b = self.b
+        one = ll.Constant(I32, 1)
+        chunk = self.chunk(start, stop)
+        claims = ll.Constant(I32, ir.CLAIMS_PER_THREAD)
+        grain = b.sdiv(b.add(chunk, ll.Constant(I32, ir.CLAIMS_PER_THREAD - 1)), claims)
+        grain = b.select(b.icmp_signed(">", grain, one), grain, one)
+        seq = team.next_claim_seq(self.mod, b, self.tid)
+        claim = team.claim_fn(self.mod)
+        pre = b.block
+        owner_bb, claim_bb, run_bb, next_bb, done_bb = (
+            self.block(f"{s.var}_{x}") for x in ("owner", "claim", "run", "next", "claimed"))
+        b.branch(owner_bb)
+        b.position_at_end(owner_bb)
+        k = b.phi(I32, name=f"{s.var}_k")  # the k-th chunk this thread claims from: tid + k
+        k.add_incoming(ll.Constant(I32, 0), pre)
+        owner = b.add(self.tid, k)
+        owner = b.select(b.icmp_signed(">=", owner, self.nth), b.sub(owner, self.nth), owner)
+        first = b.mul(owner, chunk)
+        size = self.min32(chunk, b.sub(b.sub(stop, start), first))  # < 1: an empty chunk
+        b.branch(claim_bb)
+        b.position_at_end(claim_bb)
+        got = b.call(claim, [owner, seq, grain, size])
+        b.cbranch(b.icmp_signed(">=", got, ll.Constant(I32, 0)), run_bb, next_bb)
+        b.position_at_end(run_bb)
+        lo = b.add(b.add(start, first), got)
+        hi = b.add(lo, self.min32(grain, b.sub(size, got)))
+        self.counted_loop(s, lo, hi, True)
+        b.branch(claim_bb)
+        b.position_at_end(next_bb)
+        k2 = b.add(k, one)
+        k.add_incoming(k2, next_bb)
+        b.cbranch(b.icmp_signed("<", k2, self.nth), owner_bb, done_bb)
+        b.position_at_end(done_bb)
+
+    def counted_loop(self, s: ir.For, start: ll.Value, stop: ll.Value, split: bool) -> None:
+        """``for s.var in [start, stop): s.body`` (``split``: the part of a loop split across the
+        team that this thread runs; nothing inside is split again)."""
+        b = self.b
         pre = b.block
         body_bb, exit_bb = self.block(f"for_{s.var}"), self.block(f"for_{s.var}_end")
         b.cbranch(b.icmp_signed("<", start, stop), body_bb, exit_bb)
@@ -493,9 +554,6 @@ class _KernelGen(_Expressions, _Reductions, _RegisterArrays):
         self._loop_md(latch, s.kind, width)
         b.position_at_end(exit_bb)
         self.slot_exits(slots, phis, pre, end)
-        if split:  # fork-join semantics of a CPU parallel loop (as OpenMP's implicit barrier)
-            b.call(self.barrier_fn, [self.nth, self.tid])
-        self.last_loop_synced = split
 
     def prefetch(self, s: ir.Prefetch) -> None:
         """``llvm.prefetch`` (read, high locality) of every 64-byte line of the ``count``

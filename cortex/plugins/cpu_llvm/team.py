@@ -73,6 +73,11 @@ class Symbols:
 SYMBOLS = Symbols()
 
 
+def line_words(ty: ll.Type) -> int:
+    """Words of ``ty`` (an integer type) in a 64-byte cache line: the stride of a per-thread word."""
+    return 64 * 8 // ty.width
+
+
 def _c(v: int, ty: ll.Type = I32) -> ll.Constant:
     return ll.Constant(ty, v)
 
@@ -209,6 +214,62 @@ def emit_barrier(mod, name: str) -> ll.Function:
     _leave(mod, b, tid, b.zext(b.icmp_signed("!=", tid, _c(0)), I32))
     b.position_at_end(out)
     b.ret_void()
+    return fn
+
+
+def next_claim_seq(mod, b: ll.IRBuilder, tid: ll.Value) -> ll.Value:
+    """Thread ``tid`` enters a dynamically split loop: its count of such loops this call, plus
+    one (every thread runs the same loops, so the threads agree on it), is the loop's number."""
+    slot = _slot(b, mod.g_claim_seq, b.mul(tid, _c(line_words(I32))), I32)
+    seq = b.add(b.load(slot, typ=I32), _c(1))
+    b.store(seq, slot)
+    return seq
+
+
+def claim_fn(mod) -> ll.Function:
+    """``int32 cx_claim(int32 owner, int32 seq, int32 grain, int32 limit)``: claim the next unit
+    of at most ``grain`` iterations of thread ``owner``'s chunk (``limit`` iterations) of loop
+    number ``seq``; its offset in the chunk, or -1 when the chunk is exhausted.
+
+    ``cx_claims[owner]`` holds ``seq << 32 | next``. A word of an earlier loop means that
+    nobody has claimed from this chunk yet: the claim starts it at 0; a word of a later loop
+    (a serial-number comparison) means that this loop is over. A compare-and-swap makes every
+    unit claimed once; the counter never passes ``limit``. No reset between loops is needed
+    (``cx_run`` zeroes the words and the loop numbers at the start of every call, so an
+    interrupted call leaves nothing behind)."""
+    if "cx_claim" in mod.fns:
+        return mod.fns["cx_claim"]
+    fn = mod.fns["cx_claim"] = ll.Function(mod.m, ll.FunctionType(I32, [I32, I32, I32, I32]), "cx_claim")
+    fn.linkage = "internal"
+    fn.attributes.add("nounwind")
+    owner, seq, grain, limit = fn.args
+    b = ll.IRBuilder(fn.append_basic_block("entry"))
+    slot = _slot(b, mod.g_claims, b.mul(owner, _c(line_words(I64))), I64)
+    first = b.load_atomic(slot, "monotonic", 8, typ=I64)
+    entry = b.block
+    loop, check, try_, got, retry, none = _blocks(fn, "loop", "check", "try", "got", "retry", "none")
+    b.branch(loop)
+    b.position_at_end(loop)
+    word = b.phi(I64, name="word")
+    word.add_incoming(first, entry)
+    ahead = b.sub(b.trunc(b.lshr(word, _c(32, I64)), I32), seq)  # the word's loop - this loop
+    b.cbranch(b.icmp_signed(">", ahead, _c(0)), none, check)
+    b.position_at_end(check)
+    cur = b.select(b.icmp_signed("<", ahead, _c(0)), _c(0), b.trunc(word, I32))
+    b.cbranch(b.icmp_signed(">=", cur, limit), none, try_)
+    b.position_at_end(try_)
+    rest = b.sub(limit, cur)
+    nxt = b.add(cur, b.select(b.icmp_signed("<", grain, rest), grain, rest))
+    new = b.or_(b.shl(b.zext(seq, I64), _c(32, I64)), b.zext(nxt, I64))
+    pair = b.cmpxchg(slot, word, new, "monotonic", "monotonic")
+    b.cbranch(b.extract_value(pair, 1), got, retry)
+    b.position_at_end(got)
+    b.ret(cur)
+    b.position_at_end(retry)
+    word.add_incoming(b.extract_value(pair, 0), retry)
+    b.branch(loop)
+    b.position_at_end(none)
+    b.ret(_c(-1))
     return fn
 
 
@@ -380,6 +441,8 @@ def _emit_run(mod, guarded: ll.Function) -> None:
     b.store(bufs, mod.g_bufs)
     b.store(sizes, mod.g_sizes)
     nth = b.load(mod.g_nth, typ=I32)
+    if "cx_claim" in mod.fns:  # the program has dynamically split loops
+        _reset_claims(mod, b, nth)
     if mod.profile:
         mod.prof_reset(b)
         mod.prof_start(b, _c(0))
@@ -393,6 +456,24 @@ def _emit_run(mod, guarded: ll.Function) -> None:
     b.position_at_end(settle)
     b.call(_settle_fn(mod), [nth])
     b.ret(_c(1))
+
+
+def _reset_claims(mod, b: ll.IRBuilder, nth: ll.Value) -> None:
+    """Before a call is published: every thread's claim counter and loop count to 0 (a call
+    interrupted between two dynamically split loops leaves nothing for the next one)."""
+    fn = b.function
+    pre = b.block
+    loop, done = _blocks(fn, "reset_claims", "claims_reset")
+    b.branch(loop)
+    b.position_at_end(loop)
+    t = b.phi(I32, name="t")
+    t.add_incoming(_c(0), pre)
+    b.store(_c(0, I64), _slot(b, mod.g_claims, b.mul(t, _c(line_words(I64))), I64))
+    b.store(_c(0), _slot(b, mod.g_claim_seq, b.mul(t, _c(line_words(I32))), I32))
+    t2 = b.add(t, _c(1))
+    t.add_incoming(t2, loop)
+    b.cbranch(b.icmp_signed("<", t2, nth), loop, done)
+    b.position_at_end(done)
 
 
 def _settle_fn(mod) -> ll.Function:
