@@ -232,16 +232,20 @@ def test_dropped_executables_leave_no_threads_or_descriptors():
 # ------------------------------------------------------------------ Ctrl-C
 
 @pytest.mark.skipif(not LINUX, reason="the native SIGINT handler is Linux-only")
-def test_ctrl_c_stops_a_long_call_at_a_level_barrier_and_the_program_stays_usable():
+@pytest.mark.parametrize("split", ["static", "dynamic"])
+def test_ctrl_c_stops_a_long_call_at_a_level_barrier_and_the_program_stays_usable(split):
     """SIGINT a quarter into a long chain: KeyboardInterrupt long before the call would have
     ended (it used to come only after the call returned), then the same call gives the same
     states. Also with Python's handler re-installed (it replaces the native one, which the next
-    call puts back) and with a handler that does not raise (the runtime raises itself)."""
+    call puts back) and with a handler that does not raise (the runtime raises itself). With
+    ``level_split="dynamic"`` the levels end without a team barrier: the threads leave from
+    wherever each is (``team.finish_fn``) and the next call still starts clean."""
     out = run_script("""
     import json, os, signal, threading, time, numpy as np, cortex
     from cortex.models import SeqLSTM
     from cortex.data import Sequence
-    exe = cortex.compile(SeqLSTM(hidden=32, features=4, seed=0), target="llvm")
+    exe = cortex.compile(SeqLSTM(hidden=32, features=4, seed=0), target="llvm",
+                         schedule={"level_split": "%s"})
     batch = exe.linearize([Sequence(np.random.default_rng(0).standard_normal((150000, 4)))])
     full = exe.run(batch).root("h").copy()  # the first call also pays one-time costs
     t = time.perf_counter()
@@ -276,7 +280,7 @@ def test_ctrl_c_stops_a_long_call_at_a_level_barrier_and_the_program_stays_usabl
     except KeyboardInterrupt:
         plain = True
     print(json.dumps({"whole": whole, "rows": rows, "same": same, "seen": seen, "plain": plain}))
-    """, timeout=600)
+    """ % split, timeout=600)
     whole = out["whole"]
     for after, _ in out["rows"]:
         assert after is not None and after < 0.75 * whole, out

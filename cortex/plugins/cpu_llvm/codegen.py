@@ -102,6 +102,7 @@ class _Module:
         # cache line each
         self.g_claims = self._lines("cx_claims", I64)
         self.g_claim_seq = self._lines("cx_claim_seq", I32)
+        self.g_done = self._global("cx_done", I64)  # team.finish_fn: the loop's iterations done
         self.profile = False
 
     def enable_profile(self) -> None:

@@ -20,7 +20,7 @@ from llvmlite import ir as ll
 from cortex.core import loopir as ir
 from cortex.plugins.cpu_llvm import team
 from cortex.plugins.cpu_llvm.expressions import _Expressions
-from cortex.plugins.cpu_llvm.ir_queries import _Idx, _var_names, _walk, vector_width
+from cortex.plugins.cpu_llvm.ir_queries import _Idx, _var_names, _walk, serial_reads_stable, vector_width
 from cortex.plugins.cpu_llvm.lanes import _VecCtx
 from cortex.plugins.cpu_llvm.llvm_types import (F32, I1, I8, I16, I32, I64, LTYPE, PARTITIONED_KINDS, PTR, SIZEOF, SIZEOF_LL,
                                                 VOID, CodegenError, _LoopMD, _is_vec, _splat_const, _vkey,
@@ -72,6 +72,7 @@ class _KernelGen(_Expressions, _Reductions, _RegisterArrays):
         self.entry_builder = ll.IRBuilder(self.alloca_bb)
         self.b = ll.IRBuilder(self.fn.append_basic_block("entry"))
         self.partitioned = False  # inside the loop that is split across threads
+        self._stable_reads: bool | None = None  # see stable_reads
         self.last_loop_synced = False
         self.loop_id = 0
         self.vec: _VecCtx | None = None  # set while emitting the body of a vectorized loop
@@ -460,8 +461,9 @@ class _KernelGen(_Expressions, _Reductions, _RegisterArrays):
             return
         start, stop = self.expr(s.start), self.expr(s.stop)
         split = s.kind in PARTITIONED_KINDS and not self.partitioned
+        synced = False  # the loop ended with its own wait, not a team barrier
         if split and "dynamic" in s.annotations and not self.regs:
-            self.claimed_loop(s, start, stop)
+            synced = self.claimed_loop(s, start, stop)
         else:
             if split:
                 # contiguous chunk per thread: [start + tid*chunk, min(stop, start + (tid+1)*chunk))
@@ -469,7 +471,7 @@ class _KernelGen(_Expressions, _Reductions, _RegisterArrays):
                 start = b.add(start, b.mul(self.tid, chunk, flags=["nsw"]), flags=["nsw"])
                 stop = self.min32(b.add(start, chunk, flags=["nsw"]), stop)
             self.counted_loop(s, start, stop, split)
-        if split:  # fork-join semantics of a CPU parallel loop (as OpenMP's implicit barrier)
+        if split and not synced:  # fork-join semantics of a CPU parallel loop (as OpenMP's implicit barrier)
             b.call(self.barrier_fn, [self.nth, self.tid])
         self.last_loop_synced = split
 
@@ -483,16 +485,24 @@ class _KernelGen(_Expressions, _Reductions, _RegisterArrays):
     def min32(self, x: ll.Value, y: ll.Value) -> ll.Value:
         return self.b.select(self.b.icmp_signed("<", x, y), x, y)
 
-    def claimed_loop(self, s: ir.For, start: ll.Value, stop: ll.Value) -> None:
+    def claimed_loop(self, s: ir.For, start: ll.Value, stop: ll.Value) -> bool:
         """A loop annotated "dynamic" split across the team at run time (``team.claim_fn``):
         each thread's static chunk is cut into units of ``ceil(chunk / CLAIMS_PER_THREAD)``
         iterations; a thread claims its own chunk's units, then those left in the chunks of
         threads ``tid + 1, tid + 2, ...``. A thread that runs late (descheduled) leaves its
         unclaimed units to the others; a thread that is not late runs its own chunk, as under
         the static split (the weight rows it keeps in its cache). Each iteration is the same
-        code whichever thread runs it: the results are those of the static split."""
+        code whichever thread runs it: the results are those of the static split.
+
+        The loop ends with ``team.finish_fn`` (wait until its iterations are done; True) instead
+        of a team barrier where the code every thread runs reads no buffer the program writes
+        (:func:`.ir_queries.serial_reads_stable`: a thread that runs behind reads what the others
+        read) and this is not a profiling build (whose events are per barrier); else the caller
+        emits the barrier (False)."""
         b = self.b
         one = ll.Constant(I32, 1)
+        ran = self.entry_builder.alloca(I32, name=f"{s.var}_ran")  # iterations this thread ran
+        b.store(ll.Constant(I32, 0), ran)
         chunk = self.chunk(start, stop)
         claims = ll.Constant(I32, ir.CLAIMS_PER_THREAD)
         grain = b.sdiv(b.add(chunk, ll.Constant(I32, ir.CLAIMS_PER_THREAD - 1)), claims)
@@ -516,14 +526,25 @@ class _KernelGen(_Expressions, _Reductions, _RegisterArrays):
         b.cbranch(b.icmp_signed(">=", got, ll.Constant(I32, 0)), run_bb, next_bb)
         b.position_at_end(run_bb)
         lo = b.add(b.add(start, first), got)
-        hi = b.add(lo, self.min32(grain, b.sub(size, got)))
-        self.counted_loop(s, lo, hi, True)
+        units = self.min32(grain, b.sub(size, got))
+        b.store(b.add(b.load(ran, typ=I32), units), ran)
+        self.counted_loop(s, lo, b.add(lo, units), True)
         b.branch(claim_bb)
         b.position_at_end(next_bb)
         k2 = b.add(k, one)
         k.add_incoming(k2, next_bb)
         b.cbranch(b.icmp_signed("<", k2, self.nth), owner_bb, done_bb)
         b.position_at_end(done_bb)
+        if self.mod.profile or not self.stable_reads():
+            return False
+        total = b.sub(stop, start)
+        b.call(team.finish_fn(self.mod), [seq, b.load(ran, typ=I32), total, self.tid])
+        return True
+
+    def stable_reads(self) -> bool:
+        if self._stable_reads is None:
+            self._stable_reads = serial_reads_stable(self.kernel, self.p, PARTITIONED_KINDS)
+        return self._stable_reads
 
     def counted_loop(self, s: ir.For, start: ll.Value, stop: ll.Value, split: bool) -> None:
         """``for s.var in [start, stop): s.body`` (``split``: the part of a loop split across the

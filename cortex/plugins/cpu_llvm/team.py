@@ -200,6 +200,10 @@ def emit_barrier(mod, name: str) -> ll.Function:
     spin, cont = _blocks(fn, "spin", "cont")
     b.cbranch(b.icmp_signed("==", now, gen), spin, done)
     b.position_at_end(spin)
+    # a thread that left at a dynamically split loop's end raised cx_abort (finish_fn)
+    wait_on = fn.append_basic_block("wait_on")
+    b.cbranch(b.icmp_signed("!=", b.load_atomic(mod.g_abort, "monotonic", 4, typ=I32), _c(0)), done, wait_on)
+    b.position_at_end(wait_on)
     # spin with pause while the others are close; yield the core when they are not running
     # (an oversubscribed machine would otherwise burn whole time slices here)
     _back_off(mod, b, tries, SPIN_BEFORE_YIELD, None, cont)
@@ -270,6 +274,75 @@ def claim_fn(mod) -> ll.Function:
     b.branch(loop)
     b.position_at_end(none)
     b.ret(_c(-1))
+    return fn
+
+
+def finish_fn(mod) -> ll.Function:
+    """``void cx_finish(int32 seq, int32 mine, int32 total, int32 tid)``: the end of dynamically
+    split loop number ``seq`` of ``total`` iterations, of which this thread ran ``mine``: add
+    them to ``cx_done`` (``seq << 32 | iterations done``), then wait until every iteration is
+    done, or a later loop's word shows that the others are past it. Instead of a team barrier:
+    nobody waits for a thread that holds no unit (one descheduled between loops catches up
+    alone, claiming nothing). Acquire/release on ``cx_done`` makes the loop's stores visible.
+
+    Interrupts: every thread reads the call's interrupt word here (as the last thread to reach
+    a barrier does) and, when it is set, raises ``cx_abort`` and leaves; a thread waiting here
+    or at a barrier leaves when it sees ``cx_abort``. The threads may leave at different
+    points, ``cx_settle`` then clears the barrier count too."""
+    if "cx_finish" in mod.fns:
+        return mod.fns["cx_finish"]
+    fn = mod.fns["cx_finish"] = ll.Function(mod.m, ll.FunctionType(VOID, [I32, I32, I32, I32]), "cx_finish")
+    fn.linkage = "internal"
+    fn.attributes.add("nounwind")
+    seq, mine, total, tid = fn.args
+    b = ll.IRBuilder(fn.append_basic_block("entry"))
+    add, add_loop, added, wait, check, cont, leave, out = _blocks(
+        fn, "add", "add_loop", "added", "wait", "check", "cont", "leave", "out")
+    b.cbranch(b.icmp_signed(">", mine, _c(0)), add, added)
+    b.position_at_end(add)
+    first = b.load_atomic(mod.g_done, "monotonic", 8, typ=I64)
+    b.branch(add_loop)
+    b.position_at_end(add_loop)
+    word = b.phi(I64, name="word")
+    word.add_incoming(first, add)
+    same = b.icmp_signed("==", b.trunc(b.lshr(word, _c(32, I64)), I32), seq)
+    # an earlier loop's word: this loop starts it (a later one cannot be there: this thread's
+    # iterations are not counted yet, so nobody is past this loop)
+    count = b.add(b.select(same, b.trunc(word, I32), _c(0)), mine)
+    new = b.or_(b.shl(b.zext(seq, I64), _c(32, I64)), b.zext(count, I64))
+    pair = b.cmpxchg(mod.g_done, word, new, "acq_rel", "monotonic")
+    word.add_incoming(b.extract_value(pair, 0), add_loop)
+    b.cbranch(b.extract_value(pair, 1), added, add_loop)
+    b.position_at_end(added)
+    _interrupt_or_abort(mod, b, fn, tid, shared=True)  # raises cx_abort: everyone leaves
+    checked = b.block
+    b.branch(wait)
+    b.position_at_end(wait)
+    tries = b.phi(I32, name="tries")
+    tries.add_incoming(_c(0), checked)
+    now = b.load_atomic(mod.g_done, "acquire", 8, typ=I64)
+    ahead = b.sub(b.trunc(b.lshr(now, _c(32, I64)), I32), seq)
+    complete = b.or_(b.icmp_signed(">", ahead, _c(0)),
+                     b.and_(b.icmp_signed("==", ahead, _c(0)), b.icmp_signed(">=", b.trunc(now, I32), total)))
+    complete = b.or_(complete, b.icmp_signed("<=", total, _c(0)))
+    b.cbranch(complete, out, check)
+    b.position_at_end(check)
+    aborted = b.load_atomic(mod.g_abort, "monotonic", 4, typ=I32)
+    spin = fn.append_basic_block("spin")
+    b.cbranch(b.icmp_signed("!=", aborted, _c(0)), leave, spin)
+    b.position_at_end(spin)
+    _back_off(mod, b, tries, SPIN_BEFORE_YIELD, None, cont)
+    b.position_at_end(cont)
+    tries.add_incoming(b.add(tries, _c(1)), cont)
+    b.branch(wait)
+    b.position_at_end(out)
+    aborted = b.load_atomic(mod.g_abort, "monotonic", 4, typ=I32)
+    ret = fn.append_basic_block("ret")
+    b.cbranch(b.icmp_signed("!=", aborted, _c(0)), leave, ret)
+    b.position_at_end(ret)
+    b.ret_void()
+    b.position_at_end(leave)
+    _leave(mod, b, tid, b.zext(b.icmp_signed("!=", tid, _c(0)), I32))
     return fn
 
 
@@ -459,8 +532,10 @@ def _emit_run(mod, guarded: ll.Function) -> None:
 
 
 def _reset_claims(mod, b: ll.IRBuilder, nth: ll.Value) -> None:
-    """Before a call is published: every thread's claim counter and loop count to 0 (a call
-    interrupted between two dynamically split loops leaves nothing for the next one)."""
+    """Before a call is published: every thread's claim counter and loop count, and the
+    iterations-done word, to 0 (a call interrupted between two dynamically split loops leaves
+    nothing for the next one)."""
+    b.store(_c(0, I64), mod.g_done)
     fn = b.function
     pre = b.block
     loop, done = _blocks(fn, "reset_claims", "claims_reset")
@@ -492,6 +567,7 @@ def _settle_fn(mod) -> ll.Function:
         b.branch(wait)
         b.position_at_end(settled)
         b.store_atomic(_c(0), mod.g_abort_ack, "monotonic", 4)
+        b.store_atomic(_c(0), mod.g_bar_count, "monotonic", 4)  # threads may have left mid-barrier
         b.store_atomic(_c(0), mod.g_abort, "monotonic", 4)
         b.ret_void()
     return fn
