@@ -73,14 +73,16 @@ def test_a_level_cut_into_more_units_than_hidden_blocks_is_still_whole():
 
 
 def test_the_knob_is_offered_only_where_a_team_splits_parallel_loops():
-    team = Capabilities(vector_bits=512, num_cores=2, cache_bytes_per_core=2 << 20, single_call=True)
+    team = Capabilities(vector_bits=512, num_cores=2, cache_bytes_per_core=2 << 20, single_call=True,
+                        dynamic_split=True)
     knob = ScheduleSpace(team).knob("level_split")
     assert knob.choices == ("static", "dynamic")
+    static_team = Capabilities(vector_bits=512, num_cores=2, single_call=True)  # numpy, cortex-cc
     grid = Capabilities(has_grid=True, grid_barrier=True, group_barrier=True, max_threads_per_group=1024,
                         shared_memory_bytes=48 << 10, dialect="cuda")
     opencl_cpu = Capabilities(has_grid=False, group_barrier=True, max_threads_per_group=256, num_cores=2,
                               dialect="opencl")
-    for caps in (grid, opencl_cpu):
+    for caps in (grid, opencl_cpu, static_team):
         k = ScheduleSpace(caps).knob("level_split")
         assert k.choices == ("static",) and k.default == "static"
 

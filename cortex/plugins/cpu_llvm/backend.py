@@ -75,6 +75,7 @@ def capabilities(options: Mapping[str, Any]) -> Capabilities:
         supports_fp64=True, dialect="", single_call=True, prefetch=True, preferred=PREFERRED,
         weight_storage=("bfloat16",),  # kernel.widen: i16 loads widened to float32
         bf16_dot=("widen", "pairs"),  # bfloat16_pairs storage: kernel.pair_load
+        dynamic_split=True,  # kernel.claimed_loop
     )
 
 
