@@ -288,6 +288,42 @@ def test_ctrl_c_stops_a_long_call_at_a_level_barrier_and_the_program_stays_usabl
     assert out["same"] and out["seen"] == [2] and out["plain"], out
 
 
+@pytest.mark.skipif(not LINUX, reason="the native SIGINT handler is Linux-only")
+def test_ctrl_c_at_any_moment_of_dynamically_split_levels_leaves_the_team_usable():
+    """Three threads claiming the units of many levels (``level_split="dynamic"``: no barrier
+    between levels, so the threads are interrupted wherever each is): SIGINT at spread-out
+    moments of 12 calls, each followed by a call that must give the first call's states."""
+    out = run_script("""
+    import json, os, signal, threading, time, numpy as np, cortex
+    from cortex.bench.workloads import GroupKey, build_model, make_inputs
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    model = build_model(GroupKey("TreeLSTM", 64, None, 200, 0))
+    exe = cortex.compile(model, target="llvm", threads=3, schedule={"level_split": "dynamic"})
+    batch = exe.linearize(make_inputs("TreeLSTM", 200, 400, vocab=200, width=64, seed=0).structures)
+    want = exe.run(batch).nodes("h").copy()
+    t = time.perf_counter()
+    exe.run(batch)
+    whole = time.perf_counter() - t
+    stopped, same = 0, True
+    for k in range(12):
+        timer = threading.Timer(whole * (k + 0.5) / 12, os.kill, (os.getpid(), signal.SIGINT))
+        timer.start()
+        try:
+            exe.run(batch)
+        except KeyboardInterrupt:
+            stopped += 1
+        try:  # a signal that came after the call lands here
+            timer.join()
+            time.sleep(0.05)
+        except KeyboardInterrupt:
+            pass
+        same = same and bool(np.array_equal(exe.run(batch).nodes("h"), want))
+    print(json.dumps({"stopped": stopped, "same": same, "whole": whole}))
+    """, timeout=600)
+    assert out["same"], out
+    assert out["stopped"] >= 6, out
+
+
 # ------------------------------------------------------------------ fork
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork")
