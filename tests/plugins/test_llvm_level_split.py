@@ -87,6 +87,14 @@ def test_the_knob_is_offered_only_where_a_team_splits_parallel_loops():
         assert k.choices == ("static",) and k.default == "static"
 
 
+def test_the_llvm_default_is_the_dynamic_split():
+    model, _ = _model_and_width("TreeFC", 16)
+    exe = cortex.compile(model, target="llvm", threads=2)
+    assert exe.schedule.level_split == "dynamic"
+    assert any("level_split='dynamic'" in n and "measured preference" in n for n in exe.notes)
+    assert _dynamic_loops(exe)
+
+
 def test_dynamic_split_matches_the_reference():
     """Against the NumPy target (the float64-checked interpreter of the same model)."""
     model, width = _model_and_width("TreeGRU", 16)

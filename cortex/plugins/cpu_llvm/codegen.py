@@ -13,14 +13,17 @@ tid=0, nthreads)`` on the calling thread; the persistent worker threads (created
 executable by ``cx_start``) run the same function with their own ``tid``. The team's code —
 barrier, workers, entry points, sleeping and interrupts — is :mod:`cortex.plugins.cpu_llvm.team`. Every thread executes the host steps and the kernels' serial code; the
 *outermost* ``parallel`` (or ``gpu_group``) loop of a kernel is split into one contiguous chunk
-per thread. Synchronization:
+per thread, or, annotated "dynamic", claimed by the threads unit by unit at run time
+(``kernel._KernelGen.claimed_loop``). Synchronization:
 
 * ``Barrier("grid")`` is a team-wide spin barrier (a counter and a generation word);
 * every kernel launch ends with a team barrier (a launch boundary is a sync point), so the
   ``per_level`` form is correct too;
 * the partitioned loop ends with a team barrier (the fork-join semantics of a CPU ``parallel``
   loop, as OpenMP's implicit barrier in the C renderer); an explicit grid barrier right after
-  it is not emitted twice;
+  it is not emitted twice; a dynamically split loop ends with a wait until its iterations are
+  done (``team.finish_fn``) instead, where the code all threads run reads no buffer the program
+  writes;
 * ``Barrier("group")`` is a no-op: a group (the body of one ``gpu_group`` iteration) runs on one
   thread, whose ``gpu_thread`` loops run in order;
 * a statement outside the partitioned loop that stores to a global buffer and contains no

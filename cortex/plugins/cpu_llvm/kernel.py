@@ -3,7 +3,7 @@
 Pipeline position: inside the ``llvm`` renderer (:mod:`cortex.plugins.cpu_llvm.codegen` makes one
 :class:`_KernelGen` per kernel of the program). It emits ``void k(bufs..., sizes..., params...,
 tid, nthreads)``: the statement tree, loops (the outermost parallel loop split across the
-thread team, vectorized loops as straight-line SIMD code, a loop annotated "cold" as compact
+thread team, statically or claimed at run time, vectorized loops as straight-line SIMD code, a loop annotated "cold" as compact
 code), loads and stores (vector accesses when contiguous in the lane), allocs (a private array
 addressed by constant slots kept in registers), prefetches; expressions, reductions and register
 arrays come from its mixins (:mod:`.expressions`, :mod:`.reductions`, :mod:`.registers`). It

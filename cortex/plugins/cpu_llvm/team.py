@@ -36,7 +36,19 @@ thread leaving that barrier then ``longjmp``\\s back to its guard (the generated
 resources: nothing to unwind), each worker counting itself out in ``cx_abort_ack`` first; the
 workers wait for the next call, and ``cx_run``, once all have counted themselves out, clears
 both words and returns 1. All threads leave at the same barrier and before the next call can
-start, so the team stays consistent and the program usable.
+start, so the team stays consistent and the program usable. A dynamically split loop
+(:func:`claim_fn`, :func:`finish_fn`) ends without a barrier; its threads read the interrupt
+word at its end, and the first to see it set raises ``cx_abort``: then every thread leaves at
+its next loop end or barrier (a barrier's waiters check ``cx_abort`` too), wherever it is, and
+``cx_settle`` also clears the barrier count that a thread leaving mid-barrier leaves behind.
+
+Dynamically split loops (the loop annotation "dynamic"). Each thread's chunk of the loop has a
+claim counter, ``cx_claims[t]`` (``loop number << 32 | next unit``), taken unit by unit with a
+compare-and-swap, first by its owner, then by the others once theirs are empty
+(:func:`claim_fn`); the loop's end adds each thread's iterations to ``cx_done`` and waits until
+all are done (:func:`finish_fn`). Every thread numbers the dynamic loops it enters
+(``cx_claim_seq[t]``), so the words of an earlier loop read as "nothing claimed / done yet"
+and nothing is reset between loops; ``cx_run`` zeroes them before each call.
 """
 
 from __future__ import annotations
