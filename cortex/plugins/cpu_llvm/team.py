@@ -155,12 +155,20 @@ def _cold(fn: ll.Function) -> None:
 def _cold_function(mod, name: str, ret: ll.Type, args: list[ll.Type]) -> tuple[ll.Function, ll.IRBuilder | None]:
     """The module's internal :func:`_cold` function ``name``, and a builder at its entry when it
     was just made (the caller emits its body), else None."""
+    return _function(mod, name, ret, args, cold=True)
+
+
+def _function(mod, name: str, ret: ll.Type, args: list[ll.Type],
+              cold: bool = False) -> tuple[ll.Function, ll.IRBuilder | None]:
+    """The module's internal function ``name`` (:func:`_cold` when ``cold``), and a builder at
+    its entry when it was just made (the caller emits its body), else None."""
     if name in mod.fns:
         return mod.fns[name], None
     fn = mod.fns[name] = ll.Function(mod.m, ll.FunctionType(ret, args), name)
     fn.linkage = "internal"
     fn.attributes.add("nounwind")
-    _cold(fn)
+    if cold:
+        _cold(fn)
     return fn, ll.IRBuilder(fn.append_basic_block("entry"))
 
 
@@ -181,6 +189,20 @@ def _back_off(mod, b: ll.IRBuilder, tries: ll.Value, spins: int, yields: int | N
         b.position_at_end(yield_bb)
     b.call(mod.decl("sched_yield", I32, []), [])
     b.branch(cont)
+
+
+def _wait_step(mod, b: ll.IRBuilder, tries: ll.Value, wait: ll.Block, aborted: ll.Block) -> None:
+    """The rest of one step of a wait loop that starts at ``wait`` (``tries``: its phi): to
+    ``aborted`` when ``cx_abort`` is set, else spin with pause while the others are close and
+    yield the core when they are not running (an oversubscribed machine would otherwise burn
+    whole time slices here), and back to ``wait``."""
+    on, cont = _blocks(b.function, "wait_on", "cont")
+    b.cbranch(b.icmp_signed("!=", b.load_atomic(mod.g_abort, "monotonic", 4, typ=I32), _c(0)), aborted, on)
+    b.position_at_end(on)
+    _back_off(mod, b, tries, SPIN_BEFORE_YIELD, None, cont)
+    b.position_at_end(cont)
+    tries.add_incoming(b.add(tries, _c(1)), cont)
+    b.branch(wait)
 
 
 def emit_barrier(mod, name: str) -> ll.Function:
@@ -209,19 +231,11 @@ def emit_barrier(mod, name: str) -> ll.Function:
     tries = b.phi(I32, name="tries")
     tries.add_incoming(_c(0), multi)
     now = b.load_atomic(mod.g_bar_gen, "acquire", 4, typ=I32)
-    spin, cont = _blocks(fn, "spin", "cont")
+    spin = fn.append_basic_block("spin")
     b.cbranch(b.icmp_signed("==", now, gen), spin, done)
     b.position_at_end(spin)
-    # a thread that left at a dynamically split loop's end raised cx_abort (finish_fn)
-    wait_on = fn.append_basic_block("wait_on")
-    b.cbranch(b.icmp_signed("!=", b.load_atomic(mod.g_abort, "monotonic", 4, typ=I32), _c(0)), done, wait_on)
-    b.position_at_end(wait_on)
-    # spin with pause while the others are close; yield the core when they are not running
-    # (an oversubscribed machine would otherwise burn whole time slices here)
-    _back_off(mod, b, tries, SPIN_BEFORE_YIELD, None, cont)
-    b.position_at_end(cont)
-    tries.add_incoming(b.add(tries, _c(1)), cont)
-    b.branch(wait)
+    # (a thread that left at a dynamically split loop's end raised cx_abort: finish_fn)
+    _wait_step(mod, b, tries, wait, done)
     b.position_at_end(done)
     abort_bb, out = _blocks(fn, "abort", "out")
     aborted = b.load_atomic(mod.g_abort, "monotonic", 4, typ=I32)
@@ -253,13 +267,10 @@ def claim_fn(mod) -> ll.Function:
     unit claimed once; the counter never passes ``limit``. No reset between loops is needed
     (``cx_run`` zeroes the words and the loop numbers at the start of every call, so an
     interrupted call leaves nothing behind)."""
-    if "cx_claim" in mod.fns:
-        return mod.fns["cx_claim"]
-    fn = mod.fns["cx_claim"] = ll.Function(mod.m, ll.FunctionType(I32, [I32, I32, I32, I32]), "cx_claim")
-    fn.linkage = "internal"
-    fn.attributes.add("nounwind")
+    fn, b = _function(mod, "cx_claim", I32, [I32, I32, I32, I32])
+    if b is None:
+        return fn
     owner, seq, grain, limit = fn.args
-    b = ll.IRBuilder(fn.append_basic_block("entry"))
     slot = _slot(b, mod.g_claims, b.mul(owner, _c(line_words(I64))), I64)
     first = b.load_atomic(slot, "monotonic", 8, typ=I64)
     entry = b.block
@@ -301,15 +312,12 @@ def finish_fn(mod) -> ll.Function:
     a barrier does) and, when it is set, raises ``cx_abort`` and leaves; a thread waiting here
     or at a barrier leaves when it sees ``cx_abort``. The threads may leave at different
     points, ``cx_settle`` then clears the barrier count too."""
-    if "cx_finish" in mod.fns:
-        return mod.fns["cx_finish"]
-    fn = mod.fns["cx_finish"] = ll.Function(mod.m, ll.FunctionType(VOID, [I32, I32, I32, I32]), "cx_finish")
-    fn.linkage = "internal"
-    fn.attributes.add("nounwind")
+    fn, b = _function(mod, "cx_finish", VOID, [I32, I32, I32, I32])
+    if b is None:
+        return fn
     seq, mine, total, tid = fn.args
-    b = ll.IRBuilder(fn.append_basic_block("entry"))
-    add, add_loop, added, wait, check, cont, leave, out = _blocks(
-        fn, "add", "add_loop", "added", "wait", "check", "cont", "leave", "out")
+    add, add_loop, added, wait, check, leave, out = _blocks(
+        fn, "add", "add_loop", "added", "wait", "check", "leave", "out")
     b.cbranch(b.icmp_signed(">", mine, _c(0)), add, added)
     b.position_at_end(add)
     first = b.load_atomic(mod.g_done, "monotonic", 8, typ=I64)
@@ -339,14 +347,7 @@ def finish_fn(mod) -> ll.Function:
     complete = b.or_(complete, b.icmp_signed("<=", total, _c(0)))
     b.cbranch(complete, out, check)
     b.position_at_end(check)
-    aborted = b.load_atomic(mod.g_abort, "monotonic", 4, typ=I32)
-    spin = fn.append_basic_block("spin")
-    b.cbranch(b.icmp_signed("!=", aborted, _c(0)), leave, spin)
-    b.position_at_end(spin)
-    _back_off(mod, b, tries, SPIN_BEFORE_YIELD, None, cont)
-    b.position_at_end(cont)
-    tries.add_incoming(b.add(tries, _c(1)), cont)
-    b.branch(wait)
+    _wait_step(mod, b, tries, wait, leave)
     b.position_at_end(out)
     aborted = b.load_atomic(mod.g_abort, "monotonic", 4, typ=I32)
     ret = fn.append_basic_block("ret")
