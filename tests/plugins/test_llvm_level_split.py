@@ -104,3 +104,21 @@ def test_dynamic_split_matches_the_reference():
     got = exe(inputs)
     for state in ref.states:
         np.testing.assert_allclose(got.nodes(state), ref.nodes(state), rtol=1e-4, atol=1e-5)
+
+
+def test_bfloat16_weights_are_stored_alike_under_both_splits():
+    """The units of a dynamically split level keep the weights' hidden-block ranges constant, so
+    ``weights="bfloat16"`` finds the same weight matrices (and gives the same states)."""
+    model, width = _model_and_width("TreeLSTM", 32)
+    knobs = {"panel_kib": 256}
+    static = cortex.compile(model, target="llvm", threads=2, weights="bfloat16",
+                            schedule={**knobs, "level_split": "static"})
+    dynamic = cortex.compile(model, target="llvm", threads=2, weights="bfloat16",
+                             schedule={**knobs, "level_split": "dynamic"})
+    stored = [n for n in static.notes if n.startswith("weights:")]
+    assert stored and "no weight matrix" not in stored[0]
+    assert [n for n in dynamic.notes if n.startswith("weights:")] == stored
+    inputs = make_inputs("TreeLSTM", 20, 10, vocab=200, width=width, seed=4).structures
+    want, got = static(inputs), dynamic(inputs)
+    for state in want.states:
+        assert np.array_equal(got.nodes(state), want.nodes(state))

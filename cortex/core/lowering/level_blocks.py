@@ -128,27 +128,18 @@ def block_level(loop: ir.For, panel_bytes: int, opts: JamOptions | None, program
     unit: ir.Stmt = ir.If(in_range, jammed if jammed is not None else inner)
     unit = ir.Let(last.name, ir.minimum(first + size, hi), unit)
     unit = ir.Let(first.name, lo + vb * size, unit)
-    # each chunk of hidden blocks (a thread's share) runs every node block: one barrier a level
-    chunks = max(1, chunks)
+    # each chunk of hidden blocks (a thread's share) runs every node block: one barrier a level;
+    # with ``units``, each chunk's hidden blocks are cut into that many parallel iterations
+    # (claimed one by one by a dynamic split), each of them running every node block. (Their
+    # count stays a constant: a hidden-block range that depended on the level's size would make
+    # the weights look gathered, ``weight_storage.streamed_weights``.)
+    chunks = max(1, chunks) * max(1, units)
     jv = ir.Var(loop.var)
     c, jlo, jhi = (ir.Var(names.fresh(f"{loop.var}_{s}")) for s in ("chunk", "lo", "hi"))
     unit = ir.If(ir.land(ir.Cmp(">=", jv, ir.Const(0)), ir.Cmp("<", jv, ir.Const(J))), unit)  # always true
-    blocks: ir.Stmt
-    if units <= 1:
-        mine: ir.Stmt = ir.For(vb.name, 0, nb, ir.For(loop.var, jlo, jhi, unit, "serial"), "serial")
-        mine = ir.Let(jlo.name, c * J // chunks, ir.Let(jhi.name, (c + 1) * J // chunks, mine))
-        blocks = ir.For(c.name, 0, chunks, mine, "parallel")
-    else:
-        # a chunk as nb * units parallel iterations, node block major: (node block, part of the
-        # chunk's hidden blocks), so the team can claim them one by one (``level_split``) while
-        # a thread still runs each node block over all of its hidden blocks in a row
-        i, part = (ir.Var(names.fresh(f"{loop.var}_{s}")) for s in ("unit", "part"))
-        per = nb * units
-        k = c * units + part  # which of chunks * units slices of the hidden blocks
-        mine = ir.Let(jlo.name, k * J // (chunks * units),
-                      ir.Let(jhi.name, (k + 1) * J // (chunks * units), ir.For(loop.var, jlo, jhi, unit, "serial")))
-        mine = ir.Let(c.name, i // per, ir.Let(vb.name, i % per // units, ir.Let(part.name, i % units, mine)))
-        blocks = ir.For(i.name, 0, chunks * per, mine, "parallel")
+    mine: ir.Stmt = ir.For(vb.name, 0, nb, ir.For(loop.var, jlo, jhi, unit, "serial"), "serial")
+    mine = ir.Let(jlo.name, c * J // chunks, ir.Let(jhi.name, (c + 1) * J // chunks, mine))
+    blocks: ir.Stmt = ir.For(c.name, 0, chunks, mine, "parallel")
     # equal blocks of whole groups: ceil(ceil(n / nb) / group) * group nodes each
     blocks = ir.Let(size.name, ((hi - lo + nb - 1) // nb + (group - 1)) // group * group, blocks)
     blocks = ir.Let(nb.name, (hi - lo + (most - 1)) // most, blocks)
