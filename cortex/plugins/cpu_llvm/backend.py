@@ -58,7 +58,7 @@ def l2_bytes_per_core() -> int:
 #: steps a trip, a matrix nest's column loop becomes one 64-lane vector, and the leaves prefetch
 #: their table rows two nodes ahead; bfloat16 weights are read in pairs of rows (``bf16_dot``); the
 #: team claims each level's units at run time (``level_split``: on the shared machine b1/b10 calls
-#: took 0.2-0.9x the time of the static split, b100 TreeLSTM ~1.25x; docs/llvm.md).
+#: took 0.04-0.7x the time of the static split; TreeLSTM b100 up to ~1.5x; docs/llvm.md).
 PREFERRED = (("interchange", True), ("node_jam", 8), ("jam_unroll", 2), ("wide_lanes", 64), ("prefetch", 2),
              ("bf16_dot", "pairs"), ("level_split", "dynamic"))
 
