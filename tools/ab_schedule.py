@@ -5,7 +5,9 @@ Pipeline position: outside the pipeline, a measurement tool (like ``tools/ab_lev
 The models, their sizes and inputs are the benchmark's (``cortex.bench.workloads``: hidden 256 is
 MV-RNN's 64, ``--tokens 30`` is a 5 x 5 DAG-RNN grid). Every variant's root states are compared
 with the default's; the times are medians over interleaved rounds and the ratio is variant /
-default (below 1: the variant is faster).
+default (below 1: the variant is faster). Every call is also timed alone: ``call_ms`` gives
+each variant's median call and fastest call, and ``spread`` their ratio (how much slower a
+typical call is than an undisturbed one).
 
 Usage::
 
@@ -60,19 +62,27 @@ def main(argv: list[str] | None = None) -> int:
         diff = {n: max(float(np.abs(e.run(batch).root(s) - want.root(s)).max()) for s in want.states)
                 for n, e in exes.items()}
         times: dict[str, list[float]] = {n: [] for n in exes}
+        calls: dict[str, list[float]] = {n: [] for n in exes}
         for _ in range(args.rounds):
             for name, exe in exes.items():
                 exe.run(batch)
                 reps, t0 = 0, time.perf_counter()
                 while reps < 3 or time.perf_counter() - t0 < args.min_time:
+                    t1 = time.perf_counter()
                     exe.run(batch)
+                    calls[name].append((time.perf_counter() - t1) * 1e3)
                     reps += 1
                 times[name].append((time.perf_counter() - t0) / reps * 1e3)
         med = {n: statistics.median(t) for n, t in times.items()}
-        row = {"batch": b, "ms": med, "ratio": {n: med[n] / med["default"] for n in med}, "max_abs_diff": diff}
+        call_ms = {n: {"median": statistics.median(c), "fastest": min(c), "calls": len(c)} for n, c in calls.items()}
+        spread = {n: c["median"] / c["fastest"] for n, c in call_ms.items()}
+        row = {"batch": b, "ms": med, "ratio": {n: med[n] / med["default"] for n in med}, "max_abs_diff": diff,
+               "call_ms": call_ms, "spread": spread}
         results.append(row)
-        print(f"{args.model} b{b}: " + ", ".join(f"{n} {med[n]:.3f} ms ({med[n] / med['default']:.2f}x, "
-              f"diff {diff[n]:.1e})" for n in med), file=sys.stderr)
+        print(f"{args.model} b{b}: " + ", ".join(
+            f"{n} {med[n]:.3f} ms ({med[n] / med['default']:.2f}x, diff {diff[n]:.1e}; calls median "
+            f"{call_ms[n]['median']:.3f} fastest {call_ms[n]['fastest']:.3f} spread {spread[n]:.2f})"
+            for n in med), file=sys.stderr)
     write_json({"model": args.model, "target": args.target, "hidden": args.hidden, "tokens": args.tokens,
                 "variants": variants, "rounds": args.rounds, "results": results, "environment": environment(),
                 "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, args.out)

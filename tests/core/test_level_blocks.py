@@ -25,10 +25,10 @@ from test_jam import _case, _same, _serial_hidden  # noqa: E402
 H = 8  # _case's hidden size: a child row of h is 8 float64 = 64 bytes
 
 
-def _blocked(program: ir.Program, panel_bytes: int, opts: JamOptions | None, chunks: int = 2):
+def _blocked(program: ir.Program, panel_bytes: int, opts: JamOptions | None, chunks: int = 2, units: int = 1):
     """What the schedule does: hidden blocks of 4, interchange, level blocks, jam."""
     swapped, _ = interchange_levels(block_hidden_loops(_serial_hidden(program), 4)[0])
-    out, n = block_levels(swapped, panel_bytes, opts, chunks=chunks, where_it_pays=False)
+    out, n = block_levels(swapped, panel_bytes, opts, chunks=chunks, where_it_pays=False, units=units)
     if opts is not None:
         out, _ = jam_levels(out, opts)
     return out, n
@@ -65,6 +65,23 @@ def test_blocked_levels_compute_the_same_and_verify(name, drop_children, opts, c
     blocked, n = _blocked(program, 1024, opts, chunks)
     assert n >= 1
     verify(blocked)
+    _same(program, blocked, bufs, sizes)
+
+
+@pytest.mark.parametrize("chunks", [1, 2, 3])
+@pytest.mark.parametrize("opts", [None, JamOptions(nodes=8, pad=True, register_lanes=4, unroll=2)],
+                         ids=["no-jam", "jam8"])
+def test_blocked_levels_in_units_for_a_dynamic_split_compute_the_same(opts, chunks):
+    """``units=4`` (``level_split="dynamic"``): each chunk's hidden blocks cut into quarters, each
+    a parallel iteration over every node block (most quarters of two hidden blocks are empty);
+    still every node and hidden block once, and the parallel loop's range is a constant (the
+    weights stay recognisable as weights: ``weight_storage.streamed_weights``)."""
+    program, bufs, sizes = _case("tree_lstm", seed=5, drop_children=False, n_trees=40)
+    blocked, n = _blocked(program, 1024, opts, chunks, units=4)
+    assert n >= 1
+    verify(blocked)
+    pars = [x for x in ir.walk(blocked.kernel("level").body) if isinstance(x, ir.For) and x.kind == "parallel"]
+    assert pars and all(ir.const_int(x.stop) == chunks * 4 for x in pars)
     _same(program, blocked, bufs, sizes)
 
 

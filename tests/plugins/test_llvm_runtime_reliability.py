@@ -232,16 +232,20 @@ def test_dropped_executables_leave_no_threads_or_descriptors():
 # ------------------------------------------------------------------ Ctrl-C
 
 @pytest.mark.skipif(not LINUX, reason="the native SIGINT handler is Linux-only")
-def test_ctrl_c_stops_a_long_call_at_a_level_barrier_and_the_program_stays_usable():
+@pytest.mark.parametrize("split", ["static", "dynamic"])
+def test_ctrl_c_stops_a_long_call_at_a_level_barrier_and_the_program_stays_usable(split):
     """SIGINT a quarter into a long chain: KeyboardInterrupt long before the call would have
     ended (it used to come only after the call returned), then the same call gives the same
     states. Also with Python's handler re-installed (it replaces the native one, which the next
-    call puts back) and with a handler that does not raise (the runtime raises itself)."""
+    call puts back) and with a handler that does not raise (the runtime raises itself). With
+    ``level_split="dynamic"`` the levels end without a team barrier: the threads leave from
+    wherever each is (``team.finish_fn``) and the next call still starts clean."""
     out = run_script("""
     import json, os, signal, threading, time, numpy as np, cortex
     from cortex.models import SeqLSTM
     from cortex.data import Sequence
-    exe = cortex.compile(SeqLSTM(hidden=32, features=4, seed=0), target="llvm")
+    exe = cortex.compile(SeqLSTM(hidden=32, features=4, seed=0), target="llvm",
+                         schedule={"level_split": "%s"})
     batch = exe.linearize([Sequence(np.random.default_rng(0).standard_normal((150000, 4)))])
     full = exe.run(batch).root("h").copy()  # the first call also pays one-time costs
     t = time.perf_counter()
@@ -276,12 +280,50 @@ def test_ctrl_c_stops_a_long_call_at_a_level_barrier_and_the_program_stays_usabl
     except KeyboardInterrupt:
         plain = True
     print(json.dumps({"whole": whole, "rows": rows, "same": same, "seen": seen, "plain": plain}))
-    """, timeout=600)
+    """ % split, timeout=600)
     whole = out["whole"]
     for after, _ in out["rows"]:
         assert after is not None and after < 0.75 * whole, out
     assert out["rows"][1][1].startswith("the native call stopped at a level barrier"), out
     assert out["same"] and out["seen"] == [2] and out["plain"], out
+
+
+@pytest.mark.skipif(not LINUX, reason="the native SIGINT handler is Linux-only")
+def test_ctrl_c_at_any_moment_of_dynamically_split_levels_leaves_the_team_usable():
+    """Three threads claiming the units of many levels (``level_split="dynamic"``: no barrier
+    between levels, so the threads are interrupted wherever each is): SIGINT at spread-out
+    moments of 12 calls, each followed by a call that must give the first call's states."""
+    out = run_script("""
+    import json, os, signal, threading, time, numpy as np, cortex
+    from cortex.bench.workloads import GroupKey, build_model, make_inputs
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    model = build_model(GroupKey("TreeLSTM", 64, None, 200, 0))
+    exe = cortex.compile(model, target="llvm", threads=3, schedule={"level_split": "dynamic"})
+    batch = exe.linearize(make_inputs("TreeLSTM", 200, 400, vocab=200, width=64, seed=0).structures)
+    want = exe.run(batch).nodes("h").copy()
+    whole = float("inf")
+    for _ in range(3):  # the fastest call: a signal at a fraction of it lands inside most calls
+        t = time.perf_counter()
+        exe.run(batch)
+        whole = min(whole, time.perf_counter() - t)
+    stopped, same = 0, True
+    for k in range(12):
+        timer = threading.Timer(whole * (k + 0.5) / 12, os.kill, (os.getpid(), signal.SIGINT))
+        timer.start()
+        try:
+            exe.run(batch)
+        except KeyboardInterrupt:
+            stopped += 1
+        try:  # a signal that came after the call lands here
+            timer.join()
+            time.sleep(0.05)
+        except KeyboardInterrupt:
+            pass
+        same = same and bool(np.array_equal(exe.run(batch).nodes("h"), want))
+    print(json.dumps({"stopped": stopped, "same": same, "whole": whole}))
+    """, timeout=600)
+    assert out["same"], out
+    assert out["stopped"] >= 4, out  # (a loaded machine makes some calls end before their signal)
 
 
 # ------------------------------------------------------------------ fork

@@ -14,7 +14,7 @@ a RecursiveGraph into a :class:`Program`, the schedule rewrites it, backends ren
 """
 
 from cortex.core.loopir.nodes import (  # noqa: F401
-    BARRIER_SCOPES, BIN_OPS, BOOL, CMP_OPS, DTYPES, FLOAT_DTYPES, INT, INTRINSICS, LAUNCH_KEYS,
+    BARRIER_SCOPES, BIN_OPS, BOOL, CLAIMS_PER_THREAD, CMP_OPS, DTYPES, FLOAT_DTYPES, INT, INTRINSICS, LAUNCH_KEYS,
     LOOP_ANNOTATIONS, LOOP_KINDS, READ_ONLY_ROLES, REDUCE_OPS, ROLES, SCOPES, STORAGE_FORMATS, Alloc, Barrier, BinOp,
     Buffer, Call, Cast, Cmp, Const, Expr, ExprLike, For, HostFor, HostStep, If, Kernel, Launch, Let,
     Load, LoopIRError, Node, Not, Prefetch, Program, Reduce, Select, Seq, Size, Stmt, Store, Var,

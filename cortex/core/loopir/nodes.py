@@ -48,8 +48,15 @@ LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled", "gpu_group", "gpu_
 #: Hints a schedule puts on a loop (semantics unchanged): "cold" = rarely run (a jammed level's
 #: fallback), keep its code small rather than fast (for the renderer); "nodes" = its iterations
 #: are independent nodes (or child edges) of the recursion, each writing its own rows, like a
-#: level's node loop (for the node-loop transforms: ``lowering.level_interchange.is_node_loop``).
-LOOP_ANNOTATIONS = ("cold", "nodes")
+#: level's node loop (for the node-loop transforms: ``lowering.level_interchange.is_node_loop``);
+#: "dynamic" = where a team of threads splits this loop (the llvm target: an outermost
+#: ``parallel`` loop), the threads claim its iterations at run time instead of one fixed chunk
+#: each: every thread first claims its own chunk's iterations, a unit of about
+#: 1 / ``CLAIMS_PER_THREAD`` of the chunk at a time, then the units left in the other threads'
+#: chunks (the ``level_split`` schedule knob).
+LOOP_ANNOTATIONS = ("cold", "nodes", "dynamic")
+#: Units a thread's own chunk of a "dynamic" loop is claimed in (see ``LOOP_ANNOTATIONS``).
+CLAIMS_PER_THREAD = 4
 #: Launch settings a schedule records on a program for the runtime (``Program.launch``):
 #: "threads" (CPU worker threads of a call), "single_group_nodes" (inputs of at most this many
 #: nodes run as one work-group launch where the backend derives that form), "kernel_form".

@@ -139,7 +139,25 @@ def apply_schedule(program: ir.Program, s: Schedule, caps: Capabilities,
     program = replace(program, launch=tuple(launch))
     program, loop_notes = apply_loop_schedule(program, s, caps)
     program, state_notes = apply_state_layout(program, s)
-    return program, notes + loop_notes + state_notes
+    program, split_notes = apply_level_split(program, s)
+    return program, notes + loop_notes + state_notes + split_notes
+
+
+def apply_level_split(program: ir.Program, s: Schedule) -> tuple[ir.Program, list[str]]:
+    """The ``level_split`` knob, last (every loop the transforms made is there): "dynamic"
+    annotates every outermost parallel loop of a kernel (the loops a team of threads splits)
+    "dynamic", whose iterations the threads then claim at run time."""
+    if s.level_split == "static":
+        return program, []
+
+    def mark(loop: ir.For) -> ir.For | None:
+        if loop.kind not in ("parallel", "gpu_group"):
+            return None
+        return replace(loop, annotations=tuple(dict.fromkeys(loop.annotations + ("dynamic",))))
+
+    program, n = lt.rewrite_loops(program, mark)
+    return program, [f"level_split=dynamic: {n} parallel loops claimed by the threads at run time, their own "
+                     f"chunk first, in units of about 1/{ir.CLAIMS_PER_THREAD} of it"]
 
 
 def apply_state_layout(program: ir.Program, s: Schedule) -> tuple[ir.Program, list[str]]:
@@ -189,8 +207,12 @@ def apply_loop_schedule(program: ir.Program, s: Schedule, caps: Capabilities) ->
                       interleave=s.jam_interleave)
     blocked = 0
     if s.interchange and s.panel_kib:
+        # one chunk of hidden blocks per thread; claimed at run time, in CLAIMS_PER_THREAD units
+        # (a thread's own units are its static chunk: the weights it keeps in its cache)
+        units = ir.CLAIMS_PER_THREAD if s.level_split == "dynamic" else 1
         program, blocked = block_levels(program, s.panel_kib * 1024, opts if jam else None,
-                                         chunks=max(1, s.threads), cache_bytes=caps.cache_bytes_per_core)
+                                         chunks=max(1, s.threads), cache_bytes=caps.cache_bytes_per_core,
+                                         units=units)
         notes.append(f"panel_kib={s.panel_kib}: {blocked} interchanged level loops run in blocks of nodes "
                      f"gathering at most {s.panel_kib} KiB of rows")
     if jam:

@@ -97,9 +97,11 @@ def gathered_row_bytes(node_loop: ir.For, program: ir.Program) -> int:
 
 def block_level(loop: ir.For, panel_bytes: int, opts: JamOptions | None, program: ir.Program,
                 names: NameGen, chunks: int = 1, where_it_pays: bool = True,
-                cache_bytes: int = 0) -> ir.Stmt | None:
+                cache_bytes: int = 0, units: int = 1) -> ir.Stmt | None:
     """An interchanged level ``parallel for jb in 0..J: for v in level: ...`` run in blocks of
-    nodes (see the module doc) by ``chunks`` threads, its blocks jammed with ``opts``; None when
+    nodes (see the module doc) by ``chunks`` threads, its blocks jammed with ``opts``, each
+    thread's hidden blocks cut into ``units`` parallel iterations (a level split dynamically
+    between the threads: ``level_split``); None when
     it does not apply: not that shape (``J`` must be a constant), no gathered rows, or blocks
     would not pay (:func:`pays`; with ``where_it_pays=False`` regardless: the tests)."""
     node = loop.body
@@ -126,8 +128,12 @@ def block_level(loop: ir.For, panel_bytes: int, opts: JamOptions | None, program
     unit: ir.Stmt = ir.If(in_range, jammed if jammed is not None else inner)
     unit = ir.Let(last.name, ir.minimum(first + size, hi), unit)
     unit = ir.Let(first.name, lo + vb * size, unit)
-    # each chunk of hidden blocks (a thread's share) runs every node block: one barrier a level
-    chunks = max(1, chunks)
+    # each chunk of hidden blocks (a thread's share) runs every node block: one barrier a level;
+    # with ``units``, each chunk's hidden blocks are cut into that many parallel iterations
+    # (claimed one by one by a dynamic split), each of them running every node block. (Their
+    # count stays a constant: a hidden-block range that depended on the level's size would make
+    # the weights look gathered, ``weight_storage.streamed_weights``.)
+    chunks = max(1, chunks) * max(1, units)
     jv = ir.Var(loop.var)
     c, jlo, jhi = (ir.Var(names.fresh(f"{loop.var}_{s}")) for s in ("chunk", "lo", "hi"))
     unit = ir.If(ir.land(ir.Cmp(">=", jv, ir.Const(0)), ir.Cmp("<", jv, ir.Const(J))), unit)  # always true
@@ -152,10 +158,12 @@ def pays(weights: float, hidden_blocks: float, panel_bytes: int, cache_bytes: in
 
 
 def block_levels(program: ir.Program, panel_bytes: int, opts: JamOptions | None, *,
-                 chunks: int = 1, cache_bytes: int = 0, where_it_pays: bool = True) -> tuple[ir.Program, int]:
+                 chunks: int = 1, cache_bytes: int = 0, where_it_pays: bool = True,
+                 units: int = 1) -> tuple[ir.Program, int]:
     """``program`` with every interchanged level loop (a parallel hidden-block loop around a
     level's node loop) run in blocks of at most ``panel_bytes`` of gathered rows (the
-    ``panel_kib`` knob times 1024) by ``chunks`` threads (the ``threads`` knob), where that
+    ``panel_kib`` knob times 1024) by ``chunks`` threads (the ``threads`` knob; ``units``
+    parallel iterations each, see :func:`block_level`), where that
     :func:`pays`, the blocks jammed with ``opts`` (None or ``nodes < 2``: not jammed); and how
     many were (``where_it_pays=False``: every such level, for the tests)."""
     if panel_bytes <= 0:
@@ -164,7 +172,8 @@ def block_levels(program: ir.Program, panel_bytes: int, opts: JamOptions | None,
 
     def visit(loop: ir.For) -> ir.Stmt | None:
         if loop.kind == "parallel":
-            return block_level(loop, panel_bytes, opts, program, names, chunks, where_it_pays, cache_bytes) or loop
+            return block_level(loop, panel_bytes, opts, program, names, chunks, where_it_pays, cache_bytes,
+                               units) or loop
         return loop if loop.kind in ("gpu_group", "gpu_thread", "vectorized") else None
 
     return rewrite_loops(program, visit)

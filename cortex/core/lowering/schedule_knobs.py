@@ -60,6 +60,10 @@ preference in ``Capabilities.preferred`` and the rule takes it when it is legal.
 ``panel_kib``          an interchanged level whose nodes gather more than this many KiB of rows
                        in their reductions runs in blocks of nodes that gather at most this
                        much (``lowering.level_blocks``; 0 = the whole level at once)
+``level_split``        how a team of threads splits a parallel loop: "static" (one fixed chunk
+                       per thread) or "dynamic" (the threads claim its iterations at run time,
+                       their own chunk first: a thread that runs late leaves its share to the
+                       others; the loop annotation "dynamic", ``loopir.LOOP_ANNOTATIONS``)
 =====================  ========================================================================
 """
 
@@ -139,6 +143,7 @@ def space_knobs(caps: Capabilities, dtype: str) -> tuple[tuple[Knob, ...], tuple
     # over them (lowering.level_blocks)
     cache_kib = caps.cache_bytes_per_core // 1024
     team = cpu and not unit_items  # a parallel loop split into one chunk per thread (llvm)
+    dynamic = team and caps.dynamic_split  # ... or claimed by its threads at run time (llvm)
     panel = 1 << ((cache_kib // 2).bit_length() - 1) if cache_kib >= 128 else 0
     panels = _with((0, 256, 512, 1024, 2048, 4096), panel)
     panel_rule = (f"half of a core's {cache_kib} KiB cache (a power of two)" if panel
@@ -232,6 +237,10 @@ def space_knobs(caps: Capabilities, dtype: str) -> tuple[tuple[Knob, ...], tuple
              "KiB of gathered rows per block of an interchanged level's nodes (0 = whole levels)",
              panel_rule if team else "off: no team of threads splitting a parallel loop into chunks here",
              active=lambda s: s["interchange"], needs=("interchange",), when="interchange"),
+        knob("level_split", ("static", "dynamic") if dynamic else ("static",), "static",
+             "how a team of threads splits a parallel loop: one chunk each, or claimed at run time",
+             "one fixed chunk per thread" if dynamic
+             else "static: no team of threads here that claims a loop's iterations at run time"),
     )
     constraints = (
         Constraint("tile_hidden must be 0 or a multiple of vector_width",

@@ -55,6 +55,9 @@ class Capabilities:
     # generator and device, ``(knob, value)``: a knob's default rule takes it when it is legal
     # (``cortex.core.lowering.schedule_knobs``), and the provenance says so.
     preferred: tuple[tuple[str, object], ...] = ()
+    # the code generator's team can claim a parallel loop's iterations at run time (the loop
+    # annotation "dynamic", the ``level_split`` knob) instead of one fixed chunk per thread
+    dynamic_split: bool = False
 
     def vector_lanes(self, itemsize: int) -> int:
         """Lanes of a SIMD register for elements of ``itemsize`` bytes (1 when unknown)."""

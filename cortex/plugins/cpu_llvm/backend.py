@@ -56,9 +56,11 @@ def l2_bytes_per_core() -> int:
 #: TreeLSTM (docs/llvm.md): threads split each level's hidden units (its weight rows stay in
 #: each core's L2), groups of 8 nodes share each weight load (then 4, 2, 1), fused loops take two
 #: steps a trip, a matrix nest's column loop becomes one 64-lane vector, and the leaves prefetch
-#: their table rows two nodes ahead; bfloat16 weights are read in pairs of rows (``bf16_dot``).
+#: their table rows two nodes ahead; bfloat16 weights are read in pairs of rows (``bf16_dot``); the
+#: team claims each level's units at run time (``level_split``: on the shared machine b1/b10 calls
+#: took 0.04-0.7x the time of the static split; TreeLSTM b100 up to ~1.5x; docs/llvm.md).
 PREFERRED = (("interchange", True), ("node_jam", 8), ("jam_unroll", 2), ("wide_lanes", 64), ("prefetch", 2),
-             ("bf16_dot", "pairs"))
+             ("bf16_dot", "pairs"), ("level_split", "dynamic"))
 
 
 def capabilities(options: Mapping[str, Any]) -> Capabilities:
@@ -75,6 +77,7 @@ def capabilities(options: Mapping[str, Any]) -> Capabilities:
         supports_fp64=True, dialect="", single_call=True, prefetch=True, preferred=PREFERRED,
         weight_storage=("bfloat16",),  # kernel.widen: i16 loads widened to float32
         bf16_dot=("widen", "pairs"),  # bfloat16_pairs storage: kernel.pair_load
+        dynamic_split=True,  # kernel.claimed_loop
     )
 
 

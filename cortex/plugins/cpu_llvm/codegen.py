@@ -13,14 +13,17 @@ tid=0, nthreads)`` on the calling thread; the persistent worker threads (created
 executable by ``cx_start``) run the same function with their own ``tid``. The team's code —
 barrier, workers, entry points, sleeping and interrupts — is :mod:`cortex.plugins.cpu_llvm.team`. Every thread executes the host steps and the kernels' serial code; the
 *outermost* ``parallel`` (or ``gpu_group``) loop of a kernel is split into one contiguous chunk
-per thread. Synchronization:
+per thread, or, annotated "dynamic", claimed by the threads unit by unit at run time
+(``kernel._KernelGen.claimed_loop``). Synchronization:
 
 * ``Barrier("grid")`` is a team-wide spin barrier (a counter and a generation word);
 * every kernel launch ends with a team barrier (a launch boundary is a sync point), so the
   ``per_level`` form is correct too;
 * the partitioned loop ends with a team barrier (the fork-join semantics of a CPU ``parallel``
   loop, as OpenMP's implicit barrier in the C renderer); an explicit grid barrier right after
-  it is not emitted twice;
+  it is not emitted twice; a dynamically split loop ends with a wait until its iterations are
+  done (``team.finish_fn``) instead, where the code all threads run reads no buffer the program
+  writes;
 * ``Barrier("group")`` is a no-op: a group (the body of one ``gpu_group`` iteration) runs on one
   thread, whose ``gpu_thread`` loops run in order;
 * a statement outside the partitioned loop that stores to a global buffer and contains no
@@ -97,6 +100,12 @@ class _Module:
         self.g_jmp = ll.GlobalVariable(self.m, ll.ArrayType(PTR, MAX_THREADS), "cx_jmp")
         self.g_jmp.linkage = "internal"
         self.g_jmp.initializer = ll.Constant(ll.ArrayType(PTR, MAX_THREADS), None)
+        # loops split dynamically (team.claim_fn): per thread the claim counter of its chunk
+        # (i64: the loop's sequence number, the next unit) and its count of such loops, one
+        # cache line each
+        self.g_claims = self._lines("cx_claims", I64)
+        self.g_claim_seq = self._lines("cx_claim_seq", I32)
+        self.g_done = self._global("cx_done", I64)  # team.finish_fn: the loop's iterations done
         self.profile = False
 
     def enable_profile(self) -> None:
@@ -145,6 +154,15 @@ class _Module:
         g.linkage = "internal"
         g.initializer = ll.Constant(ty, value)
         g.align = 64  # one cache line each: no false sharing between the spin words
+        return g
+
+    def _lines(self, name: str, ty: ll.Type) -> ll.GlobalVariable:
+        """A per-thread word of type ``ty``, one 64-byte line per thread (``team.line_words``)."""
+        arr = ll.ArrayType(ty, MAX_THREADS * team.line_words(ty))
+        g = ll.GlobalVariable(self.m, arr, name)
+        g.linkage = "internal"
+        g.initializer = ll.Constant(arr, None)
+        g.align = 64
         return g
 
     def decl(self, name: str, ret: ll.Type, args: list[ll.Type]) -> ll.Function:

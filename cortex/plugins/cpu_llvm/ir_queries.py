@@ -147,3 +147,21 @@ def vector_width(loop: ir.For) -> int:
             return 0
     return hi - lo
 
+
+
+def serial_reads_stable(kernel: ir.Kernel, program: ir.Program, split_kinds: tuple[str, ...]) -> bool:
+    """Whether every buffer ``kernel`` reads outside its split loops (kinds ``split_kinds``; the
+    code every thread runs: loop bounds, lets, conditions) is one that no kernel of ``program``
+    stores to. Then a thread that runs behind the others reads what they read, whichever loop
+    they are in: a dynamically split loop may end without a team barrier."""
+    stored = {n.buffer for k in program.kernels for n in _walk(k.body) if isinstance(n, ir.Store)}
+    stack: list[ir.Node] = [kernel.body]
+    while stack:  # (iterative: a kernel body nests one Let per value)
+        n = stack.pop()
+        if isinstance(n, ir.For) and n.kind in split_kinds:
+            stack.extend((n.start, n.stop))
+            continue
+        if isinstance(n, ir.Load) and n.buffer in stored:
+            return False
+        stack.extend(_kids(n))
+    return True

@@ -3,7 +3,7 @@
 Pipeline position: inside the ``llvm`` renderer (:mod:`cortex.plugins.cpu_llvm.codegen` makes one
 :class:`_KernelGen` per kernel of the program). It emits ``void k(bufs..., sizes..., params...,
 tid, nthreads)``: the statement tree, loops (the outermost parallel loop split across the
-thread team, vectorized loops as straight-line SIMD code, a loop annotated "cold" as compact
+thread team, statically or claimed at run time, vectorized loops as straight-line SIMD code, a loop annotated "cold" as compact
 code), loads and stores (vector accesses when contiguous in the lane), allocs (a private array
 addressed by constant slots kept in registers), prefetches; expressions, reductions and register
 arrays come from its mixins (:mod:`.expressions`, :mod:`.reductions`, :mod:`.registers`). It
@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING
 from llvmlite import ir as ll
 
 from cortex.core import loopir as ir
+from cortex.plugins.cpu_llvm import team
 from cortex.plugins.cpu_llvm.expressions import _Expressions
-from cortex.plugins.cpu_llvm.ir_queries import _Idx, _var_names, _walk, vector_width
+from cortex.plugins.cpu_llvm.ir_queries import _Idx, _var_names, _walk, serial_reads_stable, vector_width
 from cortex.plugins.cpu_llvm.lanes import _VecCtx
 from cortex.plugins.cpu_llvm.llvm_types import (F32, I1, I8, I16, I32, I64, LTYPE, PARTITIONED_KINDS, PTR, SIZEOF, SIZEOF_LL,
                                                 VOID, CodegenError, _LoopMD, _is_vec, _splat_const, _vkey,
@@ -71,6 +72,7 @@ class _KernelGen(_Expressions, _Reductions, _RegisterArrays):
         self.entry_builder = ll.IRBuilder(self.alloca_bb)
         self.b = ll.IRBuilder(self.fn.append_basic_block("entry"))
         self.partitioned = False  # inside the loop that is split across threads
+        self._stable_reads: bool | None = None  # see stable_reads
         self.last_loop_synced = False
         self.loop_id = 0
         self.vec: _VecCtx | None = None  # set while emitting the body of a vectorized loop
@@ -459,15 +461,95 @@ class _KernelGen(_Expressions, _Reductions, _RegisterArrays):
             return
         start, stop = self.expr(s.start), self.expr(s.stop)
         split = s.kind in PARTITIONED_KINDS and not self.partitioned
-        if split:
-            # contiguous chunk per thread: [start + tid*chunk, min(stop, start + (tid+1)*chunk))
-            n = b.sub(stop, start, flags=["nsw"])
-            n = b.select(b.icmp_signed(">", n, ll.Constant(I32, 0)), n, ll.Constant(I32, 0))
-            chunk = b.sdiv(b.add(n, b.sub(self.nth, ll.Constant(I32, 1))), self.nth)
-            lo = b.add(start, b.mul(self.tid, chunk, flags=["nsw"]), flags=["nsw"])
-            hi = b.add(lo, chunk, flags=["nsw"])
-            hi = b.select(b.icmp_signed("<", hi, stop), hi, stop)
-            start, stop = lo, hi
+        synced = False  # the loop ended with its own wait, not a team barrier
+        if split and "dynamic" in s.annotations and not self.regs:
+            synced = self.claimed_loop(s, start, stop)
+        else:
+            if split:
+                # contiguous chunk per thread: [start + tid*chunk, min(stop, start + (tid+1)*chunk))
+                chunk = self.chunk(start, stop)
+                start = b.add(start, b.mul(self.tid, chunk, flags=["nsw"]), flags=["nsw"])
+                stop = self.min32(b.add(start, chunk, flags=["nsw"]), stop)
+            self.counted_loop(s, start, stop, split)
+        if split and not synced:  # fork-join semantics of a CPU parallel loop (as OpenMP's implicit barrier)
+            b.call(self.barrier_fn, [self.nth, self.tid])
+        self.last_loop_synced = split
+
+    def chunk(self, start: ll.Value, stop: ll.Value) -> ll.Value:
+        """A thread's share of the iterations ``[start, stop)``: ``ceil(max(n, 0) / nthreads)``."""
+        b = self.b
+        n = b.sub(stop, start, flags=["nsw"])
+        n = b.select(b.icmp_signed(">", n, ll.Constant(I32, 0)), n, ll.Constant(I32, 0))
+        return b.sdiv(b.add(n, b.sub(self.nth, ll.Constant(I32, 1))), self.nth)
+
+    def min32(self, x: ll.Value, y: ll.Value) -> ll.Value:
+        return self.b.select(self.b.icmp_signed("<", x, y), x, y)
+
+    def claimed_loop(self, s: ir.For, start: ll.Value, stop: ll.Value) -> bool:
+        """A loop annotated "dynamic" split across the team at run time (``team.claim_fn``):
+        each thread's static chunk is cut into units of ``ceil(chunk / CLAIMS_PER_THREAD)``
+        iterations; a thread claims its own chunk's units, then those left in the chunks of
+        threads ``tid + 1, tid + 2, ...``. A thread that runs late (descheduled) leaves its
+        unclaimed units to the others; a thread that is not late runs its own chunk, as under
+        the static split (the weight rows it keeps in its cache). Each iteration is the same
+        code whichever thread runs it: the results are those of the static split.
+
+        The loop ends with ``team.finish_fn`` (wait until its iterations are done; True) instead
+        of a team barrier where the code every thread runs reads no buffer the program writes
+        (:func:`.ir_queries.serial_reads_stable`: a thread that runs behind reads what the others
+        read) and this is not a profiling build (whose events are per barrier); else the caller
+        emits the barrier (False)."""
+        b = self.b
+        one = ll.Constant(I32, 1)
+        ran = self.entry_builder.alloca(I32, name=f"{s.var}_ran")  # iterations this thread ran
+        b.store(ll.Constant(I32, 0), ran)
+        chunk = self.chunk(start, stop)
+        claims = ll.Constant(I32, ir.CLAIMS_PER_THREAD)
+        grain = b.sdiv(b.add(chunk, ll.Constant(I32, ir.CLAIMS_PER_THREAD - 1)), claims)
+        grain = b.select(b.icmp_signed(">", grain, one), grain, one)
+        seq = team.next_claim_seq(self.mod, b, self.tid)
+        claim = team.claim_fn(self.mod)
+        pre = b.block
+        owner_bb, claim_bb, run_bb, next_bb, done_bb = (
+            self.block(f"{s.var}_{x}") for x in ("owner", "claim", "run", "next", "claimed"))
+        b.branch(owner_bb)
+        b.position_at_end(owner_bb)
+        k = b.phi(I32, name=f"{s.var}_k")  # the k-th chunk this thread claims from: tid + k
+        k.add_incoming(ll.Constant(I32, 0), pre)
+        owner = b.add(self.tid, k)
+        owner = b.select(b.icmp_signed(">=", owner, self.nth), b.sub(owner, self.nth), owner)
+        first = b.mul(owner, chunk)
+        size = self.min32(chunk, b.sub(b.sub(stop, start), first))  # < 1: an empty chunk
+        b.branch(claim_bb)
+        b.position_at_end(claim_bb)
+        got = b.call(claim, [owner, seq, grain, size])
+        b.cbranch(b.icmp_signed(">=", got, ll.Constant(I32, 0)), run_bb, next_bb)
+        b.position_at_end(run_bb)
+        lo = b.add(b.add(start, first), got)
+        units = self.min32(grain, b.sub(size, got))
+        b.store(b.add(b.load(ran, typ=I32), units), ran)
+        self.counted_loop(s, lo, b.add(lo, units), True)
+        b.branch(claim_bb)
+        b.position_at_end(next_bb)
+        k2 = b.add(k, one)
+        k.add_incoming(k2, next_bb)
+        b.cbranch(b.icmp_signed("<", k2, self.nth), owner_bb, done_bb)
+        b.position_at_end(done_bb)
+        if self.mod.profile or not self.stable_reads():
+            return False
+        total = b.sub(stop, start)
+        b.call(team.finish_fn(self.mod), [seq, b.load(ran, typ=I32), total, self.tid])
+        return True
+
+    def stable_reads(self) -> bool:
+        if self._stable_reads is None:
+            self._stable_reads = serial_reads_stable(self.kernel, self.p, PARTITIONED_KINDS)
+        return self._stable_reads
+
+    def counted_loop(self, s: ir.For, start: ll.Value, stop: ll.Value, split: bool) -> None:
+        """``for s.var in [start, stop): s.body`` (``split``: the part of a loop split across the
+        team that this thread runs; nothing inside is split again)."""
+        b = self.b
         pre = b.block
         body_bb, exit_bb = self.block(f"for_{s.var}"), self.block(f"for_{s.var}_end")
         b.cbranch(b.icmp_signed("<", start, stop), body_bb, exit_bb)
@@ -493,9 +575,6 @@ class _KernelGen(_Expressions, _Reductions, _RegisterArrays):
         self._loop_md(latch, s.kind, width)
         b.position_at_end(exit_bb)
         self.slot_exits(slots, phis, pre, end)
-        if split:  # fork-join semantics of a CPU parallel loop (as OpenMP's implicit barrier)
-            b.call(self.barrier_fn, [self.nth, self.tid])
-        self.last_loop_synced = split
 
     def prefetch(self, s: ir.Prefetch) -> None:
         """``llvm.prefetch`` (read, high locality) of every 64-byte line of the ``count``

@@ -36,7 +36,19 @@ thread leaving that barrier then ``longjmp``\\s back to its guard (the generated
 resources: nothing to unwind), each worker counting itself out in ``cx_abort_ack`` first; the
 workers wait for the next call, and ``cx_run``, once all have counted themselves out, clears
 both words and returns 1. All threads leave at the same barrier and before the next call can
-start, so the team stays consistent and the program usable.
+start, so the team stays consistent and the program usable. A dynamically split loop
+(:func:`claim_fn`, :func:`finish_fn`) ends without a barrier; its threads read the interrupt
+word at its end, and the first to see it set raises ``cx_abort``: then every thread leaves at
+its next loop end or barrier (a barrier's waiters check ``cx_abort`` too), wherever it is, and
+``cx_settle`` also clears the barrier count that a thread leaving mid-barrier leaves behind.
+
+Dynamically split loops (the loop annotation "dynamic"). Each thread's chunk of the loop has a
+claim counter, ``cx_claims[t]`` (``loop number << 32 | next unit``), taken unit by unit with a
+compare-and-swap, first by its owner, then by the others once theirs are empty
+(:func:`claim_fn`); the loop's end adds each thread's iterations to ``cx_done`` and waits until
+all are done (:func:`finish_fn`). Every thread numbers the dynamic loops it enters
+(``cx_claim_seq[t]``), so the words of an earlier loop read as "nothing claimed / done yet"
+and nothing is reset between loops; ``cx_run`` zeroes them before each call.
 """
 
 from __future__ import annotations
@@ -71,6 +83,11 @@ class Symbols:
 
 
 SYMBOLS = Symbols()
+
+
+def line_words(ty: ll.Type) -> int:
+    """Words of ``ty`` (an integer type) in a 64-byte cache line: the stride of a per-thread word."""
+    return 64 * 8 // ty.width
 
 
 def _c(v: int, ty: ll.Type = I32) -> ll.Constant:
@@ -138,12 +155,20 @@ def _cold(fn: ll.Function) -> None:
 def _cold_function(mod, name: str, ret: ll.Type, args: list[ll.Type]) -> tuple[ll.Function, ll.IRBuilder | None]:
     """The module's internal :func:`_cold` function ``name``, and a builder at its entry when it
     was just made (the caller emits its body), else None."""
+    return _function(mod, name, ret, args, cold=True)
+
+
+def _function(mod, name: str, ret: ll.Type, args: list[ll.Type],
+              cold: bool = False) -> tuple[ll.Function, ll.IRBuilder | None]:
+    """The module's internal function ``name`` (:func:`_cold` when ``cold``), and a builder at
+    its entry when it was just made (the caller emits its body), else None."""
     if name in mod.fns:
         return mod.fns[name], None
     fn = mod.fns[name] = ll.Function(mod.m, ll.FunctionType(ret, args), name)
     fn.linkage = "internal"
     fn.attributes.add("nounwind")
-    _cold(fn)
+    if cold:
+        _cold(fn)
     return fn, ll.IRBuilder(fn.append_basic_block("entry"))
 
 
@@ -164,6 +189,20 @@ def _back_off(mod, b: ll.IRBuilder, tries: ll.Value, spins: int, yields: int | N
         b.position_at_end(yield_bb)
     b.call(mod.decl("sched_yield", I32, []), [])
     b.branch(cont)
+
+
+def _wait_step(mod, b: ll.IRBuilder, tries: ll.Value, wait: ll.Block, aborted: ll.Block) -> None:
+    """The rest of one step of a wait loop that starts at ``wait`` (``tries``: its phi): to
+    ``aborted`` when ``cx_abort`` is set, else spin with pause while the others are close and
+    yield the core when they are not running (an oversubscribed machine would otherwise burn
+    whole time slices here), and back to ``wait``."""
+    on, cont = _blocks(b.function, "wait_on", "cont")
+    b.cbranch(b.icmp_signed("!=", b.load_atomic(mod.g_abort, "monotonic", 4, typ=I32), _c(0)), aborted, on)
+    b.position_at_end(on)
+    _back_off(mod, b, tries, SPIN_BEFORE_YIELD, None, cont)
+    b.position_at_end(cont)
+    tries.add_incoming(b.add(tries, _c(1)), cont)
+    b.branch(wait)
 
 
 def emit_barrier(mod, name: str) -> ll.Function:
@@ -192,15 +231,11 @@ def emit_barrier(mod, name: str) -> ll.Function:
     tries = b.phi(I32, name="tries")
     tries.add_incoming(_c(0), multi)
     now = b.load_atomic(mod.g_bar_gen, "acquire", 4, typ=I32)
-    spin, cont = _blocks(fn, "spin", "cont")
+    spin = fn.append_basic_block("spin")
     b.cbranch(b.icmp_signed("==", now, gen), spin, done)
     b.position_at_end(spin)
-    # spin with pause while the others are close; yield the core when they are not running
-    # (an oversubscribed machine would otherwise burn whole time slices here)
-    _back_off(mod, b, tries, SPIN_BEFORE_YIELD, None, cont)
-    b.position_at_end(cont)
-    tries.add_incoming(b.add(tries, _c(1)), cont)
-    b.branch(wait)
+    # (a thread that left at a dynamically split loop's end raised cx_abort: finish_fn)
+    _wait_step(mod, b, tries, wait, done)
     b.position_at_end(done)
     abort_bb, out = _blocks(fn, "abort", "out")
     aborted = b.load_atomic(mod.g_abort, "monotonic", 4, typ=I32)
@@ -209,6 +244,118 @@ def emit_barrier(mod, name: str) -> ll.Function:
     _leave(mod, b, tid, b.zext(b.icmp_signed("!=", tid, _c(0)), I32))
     b.position_at_end(out)
     b.ret_void()
+    return fn
+
+
+def next_claim_seq(mod, b: ll.IRBuilder, tid: ll.Value) -> ll.Value:
+    """Thread ``tid`` enters a dynamically split loop: its count of such loops this call, plus
+    one (every thread runs the same loops, so the threads agree on it), is the loop's number."""
+    slot = _slot(b, mod.g_claim_seq, b.mul(tid, _c(line_words(I32))), I32)
+    seq = b.add(b.load(slot, typ=I32), _c(1))
+    b.store(seq, slot)
+    return seq
+
+
+def claim_fn(mod) -> ll.Function:
+    """``int32 cx_claim(int32 owner, int32 seq, int32 grain, int32 limit)``: claim the next unit
+    of at most ``grain`` iterations of thread ``owner``'s chunk (``limit`` iterations) of loop
+    number ``seq``; its offset in the chunk, or -1 when the chunk is exhausted.
+
+    ``cx_claims[owner]`` holds ``seq << 32 | next``. A word of an earlier loop means that
+    nobody has claimed from this chunk yet: the claim starts it at 0; a word of a later loop
+    (a serial-number comparison) means that this loop is over. A compare-and-swap makes every
+    unit claimed once; the counter never passes ``limit``. No reset between loops is needed
+    (``cx_run`` zeroes the words and the loop numbers at the start of every call, so an
+    interrupted call leaves nothing behind)."""
+    fn, b = _function(mod, "cx_claim", I32, [I32, I32, I32, I32])
+    if b is None:
+        return fn
+    owner, seq, grain, limit = fn.args
+    slot = _slot(b, mod.g_claims, b.mul(owner, _c(line_words(I64))), I64)
+    first = b.load_atomic(slot, "monotonic", 8, typ=I64)
+    entry = b.block
+    loop, check, try_, got, retry, none = _blocks(fn, "loop", "check", "try", "got", "retry", "none")
+    b.branch(loop)
+    b.position_at_end(loop)
+    word = b.phi(I64, name="word")
+    word.add_incoming(first, entry)
+    ahead = b.sub(b.trunc(b.lshr(word, _c(32, I64)), I32), seq)  # the word's loop - this loop
+    b.cbranch(b.icmp_signed(">", ahead, _c(0)), none, check)
+    b.position_at_end(check)
+    cur = b.select(b.icmp_signed("<", ahead, _c(0)), _c(0), b.trunc(word, I32))
+    b.cbranch(b.icmp_signed(">=", cur, limit), none, try_)
+    b.position_at_end(try_)
+    rest = b.sub(limit, cur)
+    nxt = b.add(cur, b.select(b.icmp_signed("<", grain, rest), grain, rest))
+    new = b.or_(b.shl(b.zext(seq, I64), _c(32, I64)), b.zext(nxt, I64))
+    pair = b.cmpxchg(slot, word, new, "monotonic", "monotonic")
+    b.cbranch(b.extract_value(pair, 1), got, retry)
+    b.position_at_end(got)
+    b.ret(cur)
+    b.position_at_end(retry)
+    word.add_incoming(b.extract_value(pair, 0), retry)
+    b.branch(loop)
+    b.position_at_end(none)
+    b.ret(_c(-1))
+    return fn
+
+
+def finish_fn(mod) -> ll.Function:
+    """``void cx_finish(int32 seq, int32 mine, int32 total, int32 tid)``: the end of dynamically
+    split loop number ``seq`` of ``total`` iterations, of which this thread ran ``mine``: add
+    them to ``cx_done`` (``seq << 32 | iterations done``), then wait until every iteration is
+    done, or a later loop's word shows that the others are past it. Instead of a team barrier:
+    nobody waits for a thread that holds no unit (one descheduled between loops catches up
+    alone, claiming nothing). Acquire/release on ``cx_done`` makes the loop's stores visible.
+
+    Interrupts: every thread reads the call's interrupt word here (as the last thread to reach
+    a barrier does) and, when it is set, raises ``cx_abort`` and leaves; a thread waiting here
+    or at a barrier leaves when it sees ``cx_abort``. The threads may leave at different
+    points, ``cx_settle`` then clears the barrier count too."""
+    fn, b = _function(mod, "cx_finish", VOID, [I32, I32, I32, I32])
+    if b is None:
+        return fn
+    seq, mine, total, tid = fn.args
+    add, add_loop, added, wait, check, leave, out = _blocks(
+        fn, "add", "add_loop", "added", "wait", "check", "leave", "out")
+    b.cbranch(b.icmp_signed(">", mine, _c(0)), add, added)
+    b.position_at_end(add)
+    first = b.load_atomic(mod.g_done, "monotonic", 8, typ=I64)
+    b.branch(add_loop)
+    b.position_at_end(add_loop)
+    word = b.phi(I64, name="word")
+    word.add_incoming(first, add)
+    same = b.icmp_signed("==", b.trunc(b.lshr(word, _c(32, I64)), I32), seq)
+    # an earlier loop's word: this loop starts it (a later one cannot be there: this thread's
+    # iterations are not counted yet, so nobody is past this loop)
+    count = b.add(b.select(same, b.trunc(word, I32), _c(0)), mine)
+    new = b.or_(b.shl(b.zext(seq, I64), _c(32, I64)), b.zext(count, I64))
+    pair = b.cmpxchg(mod.g_done, word, new, "acq_rel", "monotonic")
+    word.add_incoming(b.extract_value(pair, 0), add_loop)
+    b.cbranch(b.extract_value(pair, 1), added, add_loop)
+    b.position_at_end(added)
+    _interrupt_or_abort(mod, b, fn, tid, shared=True)  # raises cx_abort: everyone leaves
+    checked = b.block
+    b.branch(wait)
+    b.position_at_end(wait)
+    tries = b.phi(I32, name="tries")
+    tries.add_incoming(_c(0), checked)
+    now = b.load_atomic(mod.g_done, "acquire", 8, typ=I64)
+    ahead = b.sub(b.trunc(b.lshr(now, _c(32, I64)), I32), seq)
+    complete = b.or_(b.icmp_signed(">", ahead, _c(0)),
+                     b.and_(b.icmp_signed("==", ahead, _c(0)), b.icmp_signed(">=", b.trunc(now, I32), total)))
+    complete = b.or_(complete, b.icmp_signed("<=", total, _c(0)))
+    b.cbranch(complete, out, check)
+    b.position_at_end(check)
+    _wait_step(mod, b, tries, wait, leave)
+    b.position_at_end(out)
+    aborted = b.load_atomic(mod.g_abort, "monotonic", 4, typ=I32)
+    ret = fn.append_basic_block("ret")
+    b.cbranch(b.icmp_signed("!=", aborted, _c(0)), leave, ret)
+    b.position_at_end(ret)
+    b.ret_void()
+    b.position_at_end(leave)
+    _leave(mod, b, tid, b.zext(b.icmp_signed("!=", tid, _c(0)), I32))
     return fn
 
 
@@ -380,6 +527,8 @@ def _emit_run(mod, guarded: ll.Function) -> None:
     b.store(bufs, mod.g_bufs)
     b.store(sizes, mod.g_sizes)
     nth = b.load(mod.g_nth, typ=I32)
+    if "cx_claim" in mod.fns:  # the program has dynamically split loops
+        _reset_claims(mod, b, nth)
     if mod.profile:
         mod.prof_reset(b)
         mod.prof_start(b, _c(0))
@@ -393,6 +542,26 @@ def _emit_run(mod, guarded: ll.Function) -> None:
     b.position_at_end(settle)
     b.call(_settle_fn(mod), [nth])
     b.ret(_c(1))
+
+
+def _reset_claims(mod, b: ll.IRBuilder, nth: ll.Value) -> None:
+    """Before a call is published: every thread's claim counter and loop count, and the
+    iterations-done word, to 0 (a call interrupted between two dynamically split loops leaves
+    nothing for the next one)."""
+    b.store(_c(0, I64), mod.g_done)
+    fn = b.function
+    pre = b.block
+    loop, done = _blocks(fn, "reset_claims", "claims_reset")
+    b.branch(loop)
+    b.position_at_end(loop)
+    t = b.phi(I32, name="t")
+    t.add_incoming(_c(0), pre)
+    b.store(_c(0, I64), _slot(b, mod.g_claims, b.mul(t, _c(line_words(I64))), I64))
+    b.store(_c(0), _slot(b, mod.g_claim_seq, b.mul(t, _c(line_words(I32))), I32))
+    t2 = b.add(t, _c(1))
+    t.add_incoming(t2, loop)
+    b.cbranch(b.icmp_signed("<", t2, nth), loop, done)
+    b.position_at_end(done)
 
 
 def _settle_fn(mod) -> ll.Function:
@@ -411,6 +580,7 @@ def _settle_fn(mod) -> ll.Function:
         b.branch(wait)
         b.position_at_end(settled)
         b.store_atomic(_c(0), mod.g_abort_ack, "monotonic", 4)
+        b.store_atomic(_c(0), mod.g_bar_count, "monotonic", 4)  # threads may have left mid-barrier
         b.store_atomic(_c(0), mod.g_abort, "monotonic", 4)
         b.ret_void()
     return fn
