@@ -68,3 +68,16 @@ def test_a_panel_holds_the_block_s_nodes_partial_sums():
     # level's 10 sums (5 gates x 2 children)
     shapes = {p.shape[0] for p in _panels(out)}
     assert 8 * 10 * 4 in shapes and all(n % (8 * 4) == 0 for n in shapes)
+
+
+def test_the_knob_is_off_by_default_and_offered_where_level_blocks_are():
+    from cortex.core.lowering.schedule import ScheduleSpace
+    from cortex.core.plugin.capabilities import Capabilities
+
+    team = ScheduleSpace(Capabilities(vector_bits=512, num_cores=2, cache_bytes_per_core=2 << 20, single_call=True))
+    knob = {k.name: k for k in team.knobs}["k_block"]
+    assert knob.default == 0 and knob.choices == (0, 64, 128, 256)
+    assert knob.needs == ("interchange", "panel_kib", "node_jam")
+    grid = ScheduleSpace(Capabilities(has_grid=True, grid_barrier=True, group_barrier=True,
+                                      max_threads_per_group=1024, shared_memory_bytes=48 << 10))
+    assert {k.name: k for k in grid.knobs}["k_block"].choices == (0,)

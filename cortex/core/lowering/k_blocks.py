@@ -42,6 +42,9 @@ from cortex.core.lowering import jam_fuse as fuse
 from cortex.core.lowering.cases import NameGen
 from cortex.core.lowering.jam import JamOptions, Walk, cursor_walk, plain_body, prepare_walk
 
+#: the name (a prefix: names are made fresh) of a block's panel of partial sums
+PANEL = "panel"
+
 #: the most bytes of partial sums one block's panel holds (a thread's stack array): it caps
 #: the block's nodes (``panel_nodes``)
 PANEL_BYTES = 128 * 1024
@@ -97,7 +100,7 @@ def k_blocked_nodes(loop: ir.For, opts: JamOptions, program: ir.Program, names: 
     index = {s: i for i, s in enumerate(sums)}
     S, W = len(sums), first.blk.width
     dtype = ir.infer_dtype(sums[0].node, first.blk.dtypes)
-    panel = names.fresh("panel")
+    panel = names.fresh(PANEL)
 
     def slots(w: Walk):
         offsets = [ir.maximum(ir.minimum(env[loop.var] - w.lo, most - 1), 0) for env in w.envs]

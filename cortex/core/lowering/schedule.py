@@ -73,6 +73,7 @@ class Schedule:
     hoist_projections: bool = False
     row_jam: int = 1
     panel_kib: int = 0
+    k_block: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
