@@ -37,6 +37,8 @@ binds (the level blocks make ``last - first <= most``) and gives the verifier th
 
 from __future__ import annotations
 
+from typing import Callable
+
 from cortex.core import loopir as ir
 from cortex.core.lowering import jam_fuse as fuse
 from cortex.core.lowering.cases import NameGen
@@ -102,7 +104,7 @@ def k_blocked_nodes(loop: ir.For, opts: JamOptions, program: ir.Program, names: 
     dtype = ir.infer_dtype(sums[0].node, first.blk.dtypes)
     panel = names.fresh(PANEL)
 
-    def slots(w: Walk):
+    def slots(w: Walk) -> fuse.Slot:
         offsets = [ir.maximum(ir.minimum(env[loop.var] - w.lo, most - 1), 0) for env in w.envs]
 
         def at(s: fuse.Sum, q: int, lane: ir.Var) -> ir.Load:
@@ -139,7 +141,7 @@ def k_blocked_nodes(loop: ir.For, opts: JamOptions, program: ir.Program, names: 
 
 
 def _partial(w: Walk, group: list[fuse.Sum], a: int, blocks: int, kb: str, k_block: int, at: fuse.Slot,
-             opts: JamOptions, names: NameGen, dtype: str):
+             opts: JamOptions, names: NameGen, dtype: str) -> Callable[[int], ir.Stmt]:
     """The block of a group of ``m`` nodes for ``group``'s sums over K block ``kb`` (the whole
     range when ``blocks == 1``): its slots loaded from the panel (``at``) into registers, the
     fused loop, the registers stored back."""
