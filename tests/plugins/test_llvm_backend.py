@@ -267,6 +267,43 @@ def test_levels_run_in_blocks_of_nodes_match_the_interpreter(dtype):
     _outputs_close(program, got, want, dtype)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_k_blocked_levels_match_the_interpreter(dtype):
+    """``k_block``'s transform: blocks of four nodes' rows, jammed in groups of 2, each fused
+    reduction over a child's 32 units in K blocks of 8 steps with the partial sums in a panel
+    (a stack array); the native code agrees with the interpreter."""
+    from cortex.core.lowering.jam import JamOptions
+    from cortex.core.lowering.level_blocks import block_levels, gathered_row_bytes
+    from cortex.core.lowering.level_interchange import interchange_levels, is_node_loop
+    from cortex.core.lowering.loop_shapes import block_hidden_loops
+
+    program = tree_lstm(H=32, dtype=dtype, form="single")
+    swapped, _ = interchange_levels(block_hidden_loops(program, 16 if dtype == "float32" else 8)[0])
+    row = max(gathered_row_bytes(x, swapped) for x in ir.walk(swapped) if isinstance(x, ir.For) and is_node_loop(x))
+    opts = JamOptions(nodes=2, register_lanes=16 if dtype == "float32" else 8, unroll=2)
+    blocked, n = block_levels(swapped, 4 * row, opts, chunks=2, where_it_pays=False, k_block=8)
+    assert n >= 1 and any(isinstance(x, ir.Alloc) and x.name.startswith("panel") for x in ir.walk(blocked))
+    bufs, sizes = _case(program, seed=4)
+    want = run(program, dict(bufs), sizes)
+    got = CompiledProgram(blocked, threads=2).run(bufs, sizes)
+    _outputs_close(program, got, want, dtype)
+
+
+def test_k_block_through_compile_matches_the_reference():
+    """``schedule={"k_block": 64}``: the levels' reductions (a child's 128 units, the leaves'
+    128-wide embedding) in two K blocks; the outputs match the reference."""
+    import random
+
+    from benchmarks.common import parse_like_tree
+
+    rng = random.Random(2)
+    trees = [parse_like_tree(rng, rng.randint(3, 25), 40) for _ in range(12)]
+    model = cortex.models.TreeLSTM(hidden=128, embed=128, vocab=40, seed=3)
+    exe = cortex.compile(model, target="llvm", schedule={"k_block": 64, "panel_kib": 256})
+    assert any(n.startswith("k_block=64: ") and not n.startswith("k_block=64: 0 ") for n in exe.lowered.notes)
+    _assert_matches(model, exe(trees), "float32", "k_block=64")
+
+
 def test_interchanged_and_jammed_levels_match_the_reference():
     """Hidden 32 so the hidden loops vectorize (16 float32 / 8 float64 lanes): the schedule
     interchanges the levels (threads split the weight rows) and jams groups of nodes; the

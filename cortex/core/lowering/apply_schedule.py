@@ -48,6 +48,7 @@ from cortex.core import loopir as ir
 from cortex.core.plugin.capabilities import Capabilities
 from cortex.core.lowering.hoist_projections import hoist_projections
 from cortex.core.lowering.jam import JamOptions, jam_levels, stages
+from cortex.core.lowering.k_blocks import PANEL
 from cortex.core.lowering.level_blocks import block_levels
 from cortex.core.lowering.level_interchange import interchange_levels
 from cortex.core.lowering.row_jam import jam_rows
@@ -180,6 +181,7 @@ def apply_loop_schedule(program: ir.Program, s: Schedule, caps: Capabilities) ->
     ``hidden_jam``      ``loop_shapes.block_hidden_loops`` (only with a node jam)
     ``interchange``     ``level_interchange.interchange_levels``
     ``panel_kib``       ``level_blocks.block_levels`` (blocks of a large level's nodes, jammed)
+    ``k_block``         ``k_blocks.k_blocked_nodes`` (inside those blocks: reductions in K blocks)
     ``node_jam`` & co.  ``jam.jam_levels`` (groups of nodes, fused reductions)
     ``row_jam``         ``row_jam.jam_rows`` (rows of a node's matrix nest, node loops not jammed)
     ``prefetch``        ``loop_shapes.insert_prefetches`` (gathered table rows)
@@ -212,9 +214,14 @@ def apply_loop_schedule(program: ir.Program, s: Schedule, caps: Capabilities) ->
         units = ir.CLAIMS_PER_THREAD if s.level_split == "dynamic" else 1
         program, blocked = block_levels(program, s.panel_kib * 1024, opts if jam else None,
                                          chunks=max(1, s.threads), cache_bytes=caps.cache_bytes_per_core,
-                                         units=units)
+                                         units=units, k_block=s.k_block if jam else 0)
         notes.append(f"panel_kib={s.panel_kib}: {blocked} interchanged level loops run in blocks of nodes "
                      f"gathering at most {s.panel_kib} KiB of rows")
+        if s.k_block and jam:
+            k_blocked = sum(1 for k in program.kernels for n in ir.walk(k.body)
+                            if isinstance(n, ir.Alloc) and n.name.startswith(PANEL))
+            notes.append(f"k_block={s.k_block}: {k_blocked} level blocks' jammed reductions run in K blocks of "
+                         f"{s.k_block} steps, partial sums in a panel")
     if jam:
         program, n = jam_levels(program, opts, interchanged=s.interchange)
         n += blocked  # the blocked levels were jammed block by block

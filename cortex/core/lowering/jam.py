@@ -47,6 +47,7 @@ and the ``min`` give the verifier the range of every node variable.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from cortex.core.lowering import jam_fuse as fuse
 from cortex.core import loopir as ir
@@ -132,10 +133,31 @@ def _land(conds: list[ir.Expr]) -> ir.Expr:
     return out
 
 
-def jam_node_loop(loop: ir.For, opts: JamOptions, program: ir.Program, names: NameGen,
-                  independent: bool = False) -> ir.Stmt | None:
-    """``loop`` jammed (see the module doc), or None when it does not apply. ``independent``:
-    the caller knows the iterations are independent (a chunk of a level's nodes)."""
+@dataclass(frozen=True)
+class Walk:
+    """A node loop prepared for a cursor walk (see the module doc): its jam block, fused sums and
+    guards, and the fresh names of one walk (the level's range, the cursor, the group's nodes
+    ``vs`` and their lets ``binds``, each node's renaming ``envs``)."""
+
+    loop: ir.For
+    blk: fuse.Block
+    sums: list
+    conds: list
+    pad: bool
+    regs: int  # registers per accumulator slot
+    lo: ir.Var
+    hi: ir.Var
+    cursor: str
+    v0: ir.Var
+    left: ir.Var
+    envs: list
+    binds: list
+
+
+def prepare_walk(loop: ir.For, opts: JamOptions, program: ir.Program, names: NameGen,
+                 independent: bool = False) -> Walk | None:
+    """``loop`` ready for a cursor walk of groups of up to ``opts.nodes`` nodes, with fresh
+    names; None when the jam does not apply (see :func:`jam_node_loop`)."""
     if opts.nodes < 2 or not (independent or is_node_loop(loop)):
         return None
     lets, block = node_lets(loop)
@@ -191,35 +213,59 @@ def jam_node_loop(loop: ir.For, opts: JamOptions, program: ir.Program, names: Na
             if name not in per_node:
                 shared[name] = var
         envs.append(env)
+    return Walk(loop, blk, sums, conds, pad, regs, lo, hi, cursor, v0, left, envs, binds)
 
-    def group(m: int) -> ir.Stmt:
-        """Nodes ``v0 .. v0 + m - 1`` jammed, the cursor moved past them."""
-        per_loop = max(1, opts.accumulators // (m * regs))
-        loops = fuse.plan_loops(sums, per_loop)
-        moved = v0 + ir.minimum(left, m) if m > 1 else v0 + 1
-        return ir.seq(fuse.jammed_block(blk, m, envs[:m], sums, loops, opts.unroll, names, opts.interleave),
-                      ir.Store(cursor, (ir.Const(0),), moved))
 
-    # the largest group that fits and whose guards hold; a node whose guards fail runs alone
-    # through the plain body (cold)
-    fv = names.fresh(loop.var)
-    plain = fuse.renamed_binders(ir.substitute(loop.body, {loop.var: ir.Var(fv)}), names)
-    step: ir.Stmt = ir.seq(ir.For(fv, v0, v0 + 1, plain, "serial", annotations=("cold",)),  # type: ignore[arg-type]
-                           ir.Store(cursor, (ir.Const(0),), v0 + 1))
-    for m, least in reversed(stages(M, pad)):
-        tests = list(dict.fromkeys(ir.substitute(cond, envs[q]) for q in range(m) for cond in conds))
+def cursor_walk(w: Walk, opts: JamOptions, group: Callable[[int], ir.Stmt], cold: ir.Stmt | None,
+                names: NameGen) -> ir.Stmt:
+    """The walk over ``w.loop``'s nodes (see the module doc): each trip the largest group ``m``
+    that fits and whose guards hold runs ``group(m)`` (its nodes: ``w.envs[:m]``); a node whose
+    guards fail runs ``cold`` (a statement over ``w.v0``; None: nothing)."""
+    v0, left, cursor, lo, hi = w.v0, w.left, w.cursor, w.lo, w.hi
+
+    def moved(m: int) -> ir.Stmt:
+        return ir.Store(cursor, (ir.Const(0),), v0 + ir.minimum(left, m) if m > 1 else v0 + 1)
+
+    step: ir.Stmt = moved(1) if cold is None else ir.seq(cold, moved(1))
+    for m, least in reversed(stages(opts.nodes, w.pad)):
+        tests = list(dict.fromkeys(ir.substitute(cond, w.envs[q]) for q in range(m) for cond in w.conds))
         if m > 1:
             tests.insert(0, ir.Cmp(">=", left, ir.Const(least)))
-        step = group(m) if not tests else ir.If(_land(tests), group(m), step)  # type: ignore[arg-type]
-    for name, value in reversed(binds):
+        run = ir.seq(group(m), moved(m))
+        step = run if not tests else ir.If(_land(tests), run, step)  # type: ignore[arg-type]
+    for name, value in reversed(w.binds):
         step = ir.Let(name, value, step)
     step = ir.Let(left.name, hi - v0, step)
-    trips = ir.Var(names.fresh(f"{loop.var}_trip"))
+    trips = names.fresh(f"{w.loop.var}_trip")
     body = ir.Let(v0.name, ir.Load(cursor, (ir.Const(0),)),
                   ir.If(ir.Cmp(">=", v0, lo), ir.If(ir.Cmp("<", v0, hi), step)))
-    out = ir.Alloc(cursor, ir.INT, (1,), "private", ir.seq(
-        ir.Store(cursor, (ir.Const(0),), lo), ir.For(trips.name, 0, hi - lo, body, "serial")))
-    return ir.Let(lo.name, loop.start, ir.Let(hi.name, loop.stop, out))
+    return ir.Alloc(cursor, ir.INT, (1,), "private", ir.seq(
+        ir.Store(cursor, (ir.Const(0),), lo), ir.For(trips, 0, hi - lo, body, "serial")))
+
+
+def plain_body(w: Walk, names: NameGen) -> ir.Stmt:
+    """Node ``w.v0`` alone through the loop's plain body, guards and all (a loop marked cold)."""
+    fv = names.fresh(w.loop.var)
+    plain = fuse.renamed_binders(ir.substitute(w.loop.body, {w.loop.var: ir.Var(fv)}), names)
+    return ir.For(fv, w.v0, w.v0 + 1, plain, "serial", annotations=("cold",))  # type: ignore[arg-type]
+
+
+def jam_node_loop(loop: ir.For, opts: JamOptions, program: ir.Program, names: NameGen,
+                  independent: bool = False) -> ir.Stmt | None:
+    """``loop`` jammed (see the module doc), or None when it does not apply. ``independent``:
+    the caller knows the iterations are independent (a chunk of a level's nodes)."""
+    w = prepare_walk(loop, opts, program, names, independent)
+    if w is None:
+        return None
+
+    def group(m: int) -> ir.Stmt:
+        """Nodes ``v0 .. v0 + m - 1`` jammed."""
+        per_loop = max(1, opts.accumulators // (m * w.regs))
+        loops = fuse.plan_loops(w.sums, per_loop)
+        return fuse.jammed_block(w.blk, m, w.envs[:m], w.sums, loops, opts.unroll, names, opts.interleave)
+
+    walk = cursor_walk(w, opts, group, plain_body(w, names), names)
+    return ir.Let(w.lo.name, loop.start, ir.Let(w.hi.name, loop.stop, walk))
 
 
 def jam_chunks(loop: ir.For, opts: JamOptions, program: ir.Program, names: NameGen) -> ir.Stmt | None:

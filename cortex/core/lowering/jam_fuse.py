@@ -32,6 +32,8 @@ blocking of a GEMM micro-kernel instead of ``m * S`` separate GEMVs.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Callable
+
 from cortex.core import loopir as ir
 from cortex.core.lowering.cases import NameGen
 
@@ -283,74 +285,102 @@ def jammed_block(blk: Block, m: int, envs: list[dict[str, ir.Expr]], sums: list[
     dtype = ir.infer_dtype(sums[0].node, blk.dtypes)
     acc = names.fresh("acc")
     index = {s: i for i, s in enumerate(sums)}
-    node_names = {blk.node} | {name for name, _ in blk.lets}
 
     def at(s: Sum, q: int, lane: ir.Var) -> ir.Load:
         first = (index[s] * m + q) * W
         return ir.Load(acc, (ir.BinOp("+", ir.Const(first), lane) if first else lane,))
 
-    # every slot zeroed (-inf for max)
+    parts: list[ir.Stmt] = [zeroed(blk, sums, m, at, names, dtype)]
+    for group in loops:
+        r0 = group[0].node
+        parts.append(fused_loop(blk, m, envs, group, at, unroll, names, r0.start, r0.stop))
+    parts.append(block_body(blk, envs, sums, at, names, interleave, acc, dtype))
+    return ir.Alloc(acc, dtype, (len(sums) * m * W,), "private", ir.seq(*parts))
+
+
+Slot = Callable[["Sum", int, ir.Var], ir.Load]  # (sum, node of the group, lane) -> its accumulator
+
+
+def zeroed(blk: Block, sums: list[Sum], m: int, at: Slot, names: NameGen, dtype: str) -> ir.Stmt:
+    """Every slot ``at(s, q, lane)`` of ``sums`` for ``m`` nodes set to 0 (-inf for max)."""
     jz = names.fresh(blk.lane)
     inits = []
     for s in sums:
         init = ir.fconst(float("-inf") if s.node.op == "max" else 0.0, dtype)
         for q in range(m):
-            inits.append(ir.Store(acc, at(s, q, ir.Var(jz)).index, init))
-    parts: list[ir.Stmt] = [ir.For(jz, 0, W, ir.seq(*inits), "vectorized")]
+            slot = at(s, q, ir.Var(jz))
+            inits.append(ir.Store(slot.buffer, slot.index, init))
+    return ir.For(jz, 0, blk.width, ir.seq(*inits), "vectorized")
 
-    # one loop per group of fused sums
-    for group in loops:
-        r0 = group[0].node
-        a, b = ir.const_int(r0.start), ir.const_int(r0.stop)
-        u = unroll if (a is not None and b is not None and b > a and (b - a) % unroll == 0) else 1
-        lane = ir.Var(names.fresh(blk.lane))
-        kk = names.fresh(r0.var)
-        steps: list[tuple[list[tuple[str, ir.Expr]], list[ir.Stmt]]] = []  # (lets, stores) a step
-        for t in range(u):
-            lets: list[tuple[str, ir.Expr]] = []
-            k_t = kk
-            if u > 1:
-                k_t = names.fresh(f"{r0.var}_{t}")
-                lets.append((k_t, ir.simplify(r0.start + ir.Var(kk) * u + t)))  # type: ignore[arg-type]
-            memo: dict[ir.Expr, ir.Var] = {}
-            bodies = {}
-            for s in group:
-                body = ir.substitute(s.body, {s.node.var: ir.Var(k_t), blk.lane: lane})
-                prod = _product(body)  # type: ignore[arg-type]
-                if prod is not None:  # the node-independent factor (a weight load): once a step
-                    for x, y in (prod, prod[::-1]):
-                        if not free_names(x) & node_names and free_names(y) & node_names:
-                            if x not in memo:
-                                memo[x] = ir.Var(names.fresh("w"), ir.infer_dtype(x, blk.dtypes))
-                                lets.append((memo[x].name, x))
-                            break
-                bodies[s] = (body, prod)
-            stores: list[ir.Stmt] = []
-            for q in range(m):
-                for s in group:
-                    body, prod = bodies[s]
-                    cur = at(s, q, lane)
-                    if s.node.op == "max":
-                        new = ir.BinOp("max", cur, ir.substitute(body, envs[q]))  # type: ignore[arg-type]
-                    elif prod is not None:
-                        x, y = (memo[e] if e in memo else ir.substitute(e, envs[q]) for e in prod)
-                        new = ir.call("fma", x, y, cur)  # type: ignore[arg-type]
-                    else:
-                        new = ir.BinOp("+", cur, ir.substitute(body, envs[q]))  # type: ignore[arg-type]
-                    stores.append(ir.Store(acc, cur.index, new))
-            steps.append((lets, stores))
-        inner: ir.Stmt | None = None
-        for lets, stores in reversed(steps):  # step t's lets, its stores, then step t + 1
-            inner = ir.seq(*stores) if inner is None else ir.seq(*stores, inner)
-            for name, value in reversed(lets):
-                inner = ir.Let(name, value, inner)
-        vec = ir.For(lane.name, 0, W, inner, "vectorized")  # type: ignore[arg-type]
+
+def fused_loop(blk: Block, m: int, envs: list[dict[str, ir.Expr]], group: list[Sum], at: Slot, unroll: int,
+               names: NameGen, start: ir.Expr, stop: ir.Expr, count: int | None = None) -> ir.Stmt:
+    """One loop over ``start..stop`` (the sums' common range, or a part of it) accumulating
+    ``group``'s sums for the ``m`` nodes into the slots ``at(s, q, lane)``, ``unroll`` steps a
+    trip where the trip count (``count``, or ``stop - start`` when both are constants) is a
+    constant it divides."""
+    node_names = {blk.node} | {name for name, _ in blk.lets}
+    r0 = group[0].node
+    if count is None:
+        a, b = ir.const_int(start), ir.const_int(stop)
+        count = b - a if a is not None and b is not None else None
+    u = unroll if (count is not None and count > 0 and count % unroll == 0) else 1
+    lane = ir.Var(names.fresh(blk.lane))
+    kk = names.fresh(r0.var)
+    steps: list[tuple[list[tuple[str, ir.Expr]], list[ir.Stmt]]] = []  # (lets, stores) a step
+    for t in range(u):
+        lets: list[tuple[str, ir.Expr]] = []
+        k_t = kk
         if u > 1:
-            parts.append(ir.For(kk, 0, (b - a) // u, vec, "serial"))  # type: ignore[operator]
-        else:
-            parts.append(ir.For(kk, r0.start, r0.stop, vec, "serial"))
+            k_t = names.fresh(f"{r0.var}_{t}")
+            lets.append((k_t, ir.simplify(start + ir.Var(kk) * u + t)))  # type: ignore[arg-type]
+        memo: dict[ir.Expr, ir.Var] = {}
+        bodies = {}
+        for s in group:
+            body = ir.substitute(s.body, {s.node.var: ir.Var(k_t), blk.lane: lane})
+            prod = _product(body)  # type: ignore[arg-type]
+            if prod is not None:  # the node-independent factor (a weight load): once a step
+                for x, y in (prod, prod[::-1]):
+                    if not free_names(x) & node_names and free_names(y) & node_names:
+                        if x not in memo:
+                            memo[x] = ir.Var(names.fresh("w"), ir.infer_dtype(x, blk.dtypes))
+                            lets.append((memo[x].name, x))
+                        break
+            bodies[s] = (body, prod)
+        stores: list[ir.Stmt] = []
+        for q in range(m):
+            for s in group:
+                body, prod = bodies[s]
+                cur = at(s, q, lane)
+                if s.node.op == "max":
+                    new = ir.BinOp("max", cur, ir.substitute(body, envs[q]))  # type: ignore[arg-type]
+                elif prod is not None:
+                    x, y = (memo[e] if e in memo else ir.substitute(e, envs[q]) for e in prod)
+                    new = ir.call("fma", x, y, cur)  # type: ignore[arg-type]
+                else:
+                    new = ir.BinOp("+", cur, ir.substitute(body, envs[q]))  # type: ignore[arg-type]
+                stores.append(ir.Store(cur.buffer, cur.index, new))
+        steps.append((lets, stores))
+    inner: ir.Stmt | None = None
+    for lets, stores in reversed(steps):  # step t's lets, its stores, then step t + 1
+        inner = ir.seq(*stores) if inner is None else ir.seq(*stores, inner)
+        for name, value in reversed(lets):
+            inner = ir.Let(name, value, inner)
+    vec = ir.For(lane.name, 0, blk.width, inner, "vectorized")  # type: ignore[arg-type]
+    if u > 1:
+        return ir.For(kk, 0, count // u, vec, "serial")  # type: ignore[operator]
+    return ir.For(kk, start, stop, vec, "serial")
 
-    # the body, every let once per node (once when it is the same for every node)
+
+def block_body(blk: Block, envs: list[dict[str, ir.Expr]], sums: list[Sum], at: Slot, names: NameGen,
+               interleave: bool, acc: str, dtype: str) -> ir.Stmt:
+    """The block's body for the nodes of ``envs``, each fused sum read from its slot
+    ``at(s, q, lane)`` (``acc``: the slots' array), every let once per node (once when it is
+    the same for every node)."""
+    W = blk.width
+    m = len(envs)
+    node_names = {blk.node} | {name for name, _ in blk.lets}
+    parts: list[ir.Stmt] = []
     lane = ir.Var(names.fresh(blk.lane))
     holders = {s.node: ir.Var(names.fresh("fused"), dtype) for s in sums}
 
@@ -376,7 +406,7 @@ def jammed_block(blk: Block, m: int, envs: list[dict[str, ir.Expr]], sums: list[
             jl = names.fresh(blk.lane)
             out = _per_node(body, [env | {blk.lane: ir.Var(jl)}], jam_names, dtypes, names)  # type: ignore[arg-type]
             parts.append(ir.For(jl, 0, W, ir.substitute(out, {lane.name: ir.Var(jl)}), "vectorized"))  # type: ignore[arg-type]
-    return ir.Alloc(acc, dtype, (len(sums) * m * W,), "private", ir.seq(*parts))
+    return ir.seq(*parts)
 
 
 def _per_node(s: ir.Stmt, envs: list[dict[str, ir.Expr]], jam_names: set[str], dtypes: dict,

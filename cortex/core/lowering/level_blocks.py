@@ -43,6 +43,7 @@ from cortex.core import loopir as ir
 from cortex.core.lowering.cases import NameGen
 from cortex.core.lowering.jam import JamOptions, jam_node_loop
 from cortex.core.lowering.jam_fuse import free_names, names_of
+from cortex.core.lowering.k_blocks import k_blocked_nodes, panel_nodes
 from cortex.core.lowering.level_interchange import is_node_loop, node_lets
 from cortex.core.lowering.transforms import rewrite_loops
 
@@ -97,13 +98,17 @@ def gathered_row_bytes(node_loop: ir.For, program: ir.Program) -> int:
 
 def block_level(loop: ir.For, panel_bytes: int, opts: JamOptions | None, program: ir.Program,
                 names: NameGen, chunks: int = 1, where_it_pays: bool = True,
-                cache_bytes: int = 0, units: int = 1) -> ir.Stmt | None:
+                cache_bytes: int = 0, units: int = 1, k_block: int = 0) -> ir.Stmt | None:
     """An interchanged level ``parallel for jb in 0..J: for v in level: ...`` run in blocks of
     nodes (see the module doc) by ``chunks`` threads, its blocks jammed with ``opts``, each
     thread's hidden blocks cut into ``units`` parallel iterations (a level split dynamically
     between the threads: ``level_split``); None when
     it does not apply: not that shape (``J`` must be a constant), no gathered rows, or blocks
-    would not pay (:func:`pays`; with ``where_it_pays=False`` regardless: the tests)."""
+    would not pay (:func:`pays`; with ``where_it_pays=False`` regardless: the tests). With
+    ``k_block`` the blocks' reductions are cut into blocks of that many steps where they are
+    longer (``cortex.core.lowering.k_blocks``): then a block holds at most the nodes whose
+    partial sums fit its panel, and the level is blocked whether or not :func:`pays` (the
+    K blocks are what keep a hidden block's weights in the cache)."""
     node = loop.body
     if not (loop.kind == "parallel" and isinstance(node, ir.For) and node.kind == "serial"
             and is_node_loop(node)):
@@ -114,16 +119,23 @@ def block_level(loop: ir.For, panel_bytes: int, opts: JamOptions | None, program
     row = gathered_row_bytes(node, program)
     if ir.const_int(loop.start) != 0 or J is None or J < 1 or row <= 0:
         return None
-    if where_it_pays and not pays(weight_bytes(node, program) / max(1, chunks), J / max(1, chunks), panel_bytes,
-                                  cache_bytes):
-        return None
     group = opts.nodes if opts is not None and opts.nodes > 1 else 1
+    k_nodes = panel_nodes(node, opts, program, names, k_block) if opts is not None and group > 1 else 0
+    if where_it_pays and not k_nodes and not pays(weight_bytes(node, program) / max(1, chunks), J / max(1, chunks),
+                                                  panel_bytes, cache_bytes):
+        return None
     most = max(group, panel_bytes // row // group * group)
+    if k_nodes:
+        most = min(most, k_nodes)
     v = node.var
     lo, hi, nb, size, vb, first, last = (ir.Var(names.fresh(f"{v}_{s}")) for s in
                                          ("blo", "bhi", "blocks", "bsize", "block", "first", "last"))
     inner = ir.For(v, first, last, node.body, "serial")
-    jammed = jam_node_loop(inner, opts, program, names, independent=True) if group > 1 else None
+    jammed = None
+    if k_nodes:
+        jammed = k_blocked_nodes(inner, opts, program, names, k_block, most)  # type: ignore[arg-type]
+    if jammed is None and group > 1:
+        jammed = jam_node_loop(inner, opts, program, names, independent=True)
     in_range = ir.land(ir.Cmp(">=", first, lo), ir.Cmp("<=", last, hi))
     unit: ir.Stmt = ir.If(in_range, jammed if jammed is not None else inner)
     unit = ir.Let(last.name, ir.minimum(first + size, hi), unit)
@@ -159,13 +171,14 @@ def pays(weights: float, hidden_blocks: float, panel_bytes: int, cache_bytes: in
 
 def block_levels(program: ir.Program, panel_bytes: int, opts: JamOptions | None, *,
                  chunks: int = 1, cache_bytes: int = 0, where_it_pays: bool = True,
-                 units: int = 1) -> tuple[ir.Program, int]:
+                 units: int = 1, k_block: int = 0) -> tuple[ir.Program, int]:
     """``program`` with every interchanged level loop (a parallel hidden-block loop around a
     level's node loop) run in blocks of at most ``panel_bytes`` of gathered rows (the
     ``panel_kib`` knob times 1024) by ``chunks`` threads (the ``threads`` knob; ``units``
     parallel iterations each, see :func:`block_level`), where that
-    :func:`pays`, the blocks jammed with ``opts`` (None or ``nodes < 2``: not jammed); and how
-    many were (``where_it_pays=False``: every such level, for the tests)."""
+    :func:`pays`, the blocks jammed with ``opts`` (None or ``nodes < 2``: not jammed), their
+    reductions in blocks of ``k_block`` steps where that applies (0: whole); and how many were
+    (``where_it_pays=False``: every such level, for the tests)."""
     if panel_bytes <= 0:
         return program, 0
     names = names_of(program)
@@ -173,7 +186,7 @@ def block_levels(program: ir.Program, panel_bytes: int, opts: JamOptions | None,
     def visit(loop: ir.For) -> ir.Stmt | None:
         if loop.kind == "parallel":
             return block_level(loop, panel_bytes, opts, program, names, chunks, where_it_pays, cache_bytes,
-                               units) or loop
+                               units, k_block) or loop
         return loop if loop.kind in ("gpu_group", "gpu_thread", "vectorized") else None
 
     return rewrite_loops(program, visit)

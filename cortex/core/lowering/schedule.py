@@ -74,6 +74,7 @@ class Schedule:
     row_jam: int = 1
     panel_kib: int = 0
     level_split: str = "static"
+    k_block: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -64,6 +64,9 @@ preference in ``Capabilities.preferred`` and the rule takes it when it is legal.
                        per thread) or "dynamic" (the threads claim its iterations at run time,
                        their own chunk first: a thread that runs late leaves its share to the
                        others; the loop annotation "dynamic", ``loopir.LOOP_ANNOTATIONS``)
+``k_block``            steps per K block of such a block's jammed reductions: each fused loop
+                       runs one K block over every group of the block's nodes before the next,
+                       partial sums in a panel (``lowering.k_blocks``; 0 = the whole range)
 =====================  ========================================================================
 """
 
@@ -241,6 +244,14 @@ def space_knobs(caps: Capabilities, dtype: str) -> tuple[tuple[Knob, ...], tuple
              "how a team of threads splits a parallel loop: one chunk each, or claimed at run time",
              "one fixed chunk per thread" if dynamic
              else "static: no team of threads here that claims a loop's iterations at run time"),
+        # measured on llvm (TreeLSTM b10/b100, 2 threads, a loaded machine): no faster at hidden
+        # 1024 (0.97-1.2x the time), slower at 256 (1.4x): off until a target shows it pays
+        knob("k_block", (0, 64, 128, 256) if team else (0,), 0,
+             "steps per K block of a level block's jammed reductions (0 = the whole range)",
+             "off: measured no faster (TreeLSTM h1024 b100 on llvm)" if team
+             else "off: no team of threads splitting a parallel loop into chunks here",
+             active=lambda s: s["interchange"] and s["panel_kib"] > 0 and s["node_jam"] > 1,
+             needs=("interchange", "panel_kib", "node_jam"), when="interchange and panel_kib > 0 and node_jam > 1"),
     )
     constraints = (
         Constraint("tile_hidden must be 0 or a multiple of vector_width",
