@@ -171,7 +171,6 @@ class _CallPlan:
     read_back: tuple[tuple[int, np.ndarray], ...]
     device_args: list[Any]
     form: str
-    pools: tuple[Any, Any, Any]  # the pool buffers the sub-buffers above belong to
 
 
 def _check_handles(program: ir.Program, buffers: tuple[Any, ...]) -> None:
@@ -390,16 +389,16 @@ class CompiledProgram:
     def _plan(self, buffers: tuple[Any, ...], size_args: tuple[Any, ...]) -> "_CallPlan":
         """The call's layout (packed inputs, output and temporary pools, their sub-buffers,
         the execution form), kept per sizes and array sizes: a repeated shape of input costs a
-        dictionary look-up, not a walk over every buffer."""
+        dictionary look-up, not a walk over every buffer. A pool that grows drops every plan
+        (their sub-buffers are of the old one)."""
         key = (tuple(int(v) for v in size_args),
                tuple(a.array.nbytes if isinstance(a, HostArray) else a.shape for a in buffers))
         plan = self._plans.get(key)
         if plan is None:
             if len(self._plans) >= 64:
                 self._plans.clear()
-            plan = self._plans[key] = self._make_plan(buffers, key[0])
-        elif plan.pools != (self._inputs.buffer, self._outputs.buffer, self._temps.buffer):
-            plan = self._plans[key] = self._make_plan(buffers, key[0])  # a pool grew since
+            plan = self._make_plan(buffers, key[0])  # drops every plan if a pool grows
+            self._plans[key] = plan
         return plan
 
     def _make_plan(self, buffers: tuple[Any, ...], size_values: tuple[int, ...]) -> "_CallPlan":
@@ -414,9 +413,12 @@ class CompiledProgram:
                 packed.add(b.name, a.array.nbytes, align)
             else:
                 (outs if b.role == "output" else temps).add(b.name, _nbytes(a.shape, a.dtype), align)
+        pools = (self._inputs.buffer, self._outputs.buffer, self._temps.buffer)
         self._inputs.ensure(packed.total)
         self._outputs.ensure(outs.total)
         self._temps.ensure(temps.total)
+        if pools != (self._inputs.buffer, self._outputs.buffer, self._temps.buffer):
+            self._plans.clear()  # their sub-buffers belong to a pool that was replaced
         if self._upload_done is not None:
             self._upload_done.wait()  # the staging array may be replaced below
             self._upload_done = None
@@ -445,7 +447,7 @@ class CompiledProgram:
         form = choose_form(self.form, self.has_single, self.host_ok, sizes, info.compute_units,
                            cpu=info.kind == "CPU", program=p)
         return _CallPlan(sizes, packed, outs, tuple(staged), tuple(params), tuple(read_back),
-                         device_args, form, (self._inputs.buffer, self._outputs.buffer, self._temps.buffer))
+                         device_args, form)
 
     def _host_steps(self, steps: tuple[ir.Node, ...], env: dict[str, int], device_args: list[Any],
                     host_index: Mapping[str, np.ndarray]) -> None:
