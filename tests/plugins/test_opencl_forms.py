@@ -347,3 +347,10 @@ def test_sink_into_selects_keeps_a_let_used_outside_a_branch():
                          if n is store else None)
     kept = replace(program, kernels=(replace(k, body=twice),))
     assert {n.var for n in ir.walk(forms.sink_into_selects(kept)) if isinstance(n, ir.Let)} == {"c0", "c1", "a"}
+    # used once but inside a sum: inlined, it would be computed once per term
+    per_term = ir.Select(ir.Cmp("<", ir.Var("j"), ir.as_expr(4)), ir.Reduce(
+        "sum", "q", ir.as_expr(0), ir.as_expr(4), ir.BinOp("*", ir.Var("a"), ir.Load("h", (ir.as_expr(0), ir.Var("q"))))),
+        ir.Var("b"))
+    inner = ir.transform(k.body, lambda n: replace(n, value=per_term) if n is store else None)
+    kept = replace(program, kernels=(replace(k, body=inner),))
+    assert {n.var for n in ir.walk(forms.sink_into_selects(kept)) if isinstance(n, ir.Let)} == {"c0", "c1", "a"}

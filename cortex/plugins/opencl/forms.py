@@ -229,9 +229,12 @@ def hoist_guards(program: ir.Program) -> ir.Program:
 
 
 def _uses(e: ir.Expr, var: str, in_arm: bool = False) -> list[bool]:
-    """One entry per use of ``var`` in ``e``: whether it lies in a branch of a ``Select``."""
+    """One entry per use of ``var`` in ``e``: whether it lies in a branch of a ``Select`` and
+    is evaluated at most once there (not inside a sum, which would evaluate it per term)."""
     if isinstance(e, ir.Var):
         return [in_arm] if e.name == var else []
+    if isinstance(e, ir.Reduce):
+        return [False] * sum(len(_uses(c, var)) for c in (e.start, e.stop, e.body))
     if isinstance(e, ir.Select):
         return _uses(e.cond, var, in_arm) + _uses(e.a, var, True) + _uses(e.b, var, True)
     return [u for c in ir.children(e) if isinstance(c, ir.Expr) for u in _uses(c, var, in_arm)]
