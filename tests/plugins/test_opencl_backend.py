@@ -284,9 +284,13 @@ def test_buffers_are_allocated_once_and_grow_only_for_bigger_batches():
     exe.run(big)
     assert (art._inputs.buffer, art._outputs.buffer) == pools
     assert [h.device for h in exe._params.values()] == params  # params uploaded once
+    assert len(art._plans) == 2  # one layout per shape of call, made once
+    want = exe.run(small).root("h")
     huge = exe.linearize(_trees(300, 6, 30))
     exe.run(huge)
     assert art._outputs.buffer is not pools[1] and art._outputs.capacity >= huge.num_nodes * 8 * 4
+    assert len(art._plans) == 1  # the others' sub-buffers were of the replaced pool
+    np.testing.assert_array_equal(exe.run(small).root("h"), want)
 
 
 def test_per_call_arrays_go_up_in_one_transfer(monkeypatch):

@@ -296,3 +296,61 @@ def test_a_merged_column_loop_is_one_wide_vector_with_one_accumulator_loop():
     assert "typedef float cx_vfloat64 __attribute__((ext_vector_type(64), aligned(" in source
     assert source.count("cx_vfloat64 cx_vacc") == 2  # the kernel and its one-work-group copy
     assert "for (int j = " not in source
+
+
+def _concat_of_guarded_products() -> ir.Program:
+    """MV-RNN's shape: ``t[j] = select(j < 4, a, b)`` with ``a`` and ``b`` lets holding a sum of
+    a guarded child matrix row times the other child's guarded state."""
+    f32, zero = "float32", ir.fconst(0.0, "float32")
+    j, c0, c1 = ir.Var("j"), ir.Var("c0"), ir.Var("c1")
+
+    def product(ca: ir.Expr, cb: ir.Expr, row: ir.Expr, var: str) -> ir.Reduce:
+        kk = ir.Var(var)
+        return ir.Reduce("sum", var, ir.as_expr(0), ir.as_expr(4), ir.BinOp(
+            "*", ir.Select(ir.Cmp(">=", ca, ir.as_expr(0)), ir.Load("M", (ca, row, kk)), zero),
+            ir.Select(ir.Cmp(">=", cb, ir.as_expr(0)), ir.Load("h", (cb, kk)), zero)))
+
+    store = ir.Store("t", (j,), ir.Select(ir.Cmp("<", j, ir.as_expr(4)), ir.Var("a"), ir.Var("b")))
+    body = ir.Let("c0", ir.Load("ch", (ir.as_expr(0),)), ir.Let("c1", ir.Load("ch", (ir.as_expr(1),)), ir.For("j", 0, 8, ir.Let(
+        "b", product(c0, c1, ir.maximum(ir.minimum(j - 4, 3), 0), "k"),
+        ir.Let("a", product(c1, c0, ir.maximum(ir.minimum(j, 3), 0), "k2"), store)))))
+    buffers = (ir.Buffer("ch", "int32", (2,), "index", value_range=(ir.as_expr(-1), ir.as_expr(1))), ir.Buffer("M", f32, (2, 4, 4), "input"),
+               ir.Buffer("h", f32, (2, 4), "input"), ir.Buffer("t", f32, (8,), "output"))
+    return ir.Program("concat", (), buffers, (ir.Kernel("k0", (), body),), (ir.Launch("k0"),))
+
+
+@pytest.mark.parametrize("children", [(0, 1), (-1, 1), (0, -1)])
+def test_a_concatenation_computes_each_half_only_for_its_rows(children):
+    program = _concat_of_guarded_products()
+    shaped = forms.hoist_guards(forms.sink_into_selects(program))
+    lets = {n.var for n in ir.walk(shaped) if isinstance(n, ir.Let)}
+    assert lets == {"c0", "c1"}  # both halves moved into the select's branches
+    store = next(n for n in ir.walk(shaped) if isinstance(n, ir.Store))
+    assert isinstance(store.value, ir.Select)
+    for half in (store.value.a, store.value.b):  # each half: two guards around a plain dot product
+        assert isinstance(half, ir.Select) and isinstance(half.a, ir.Select)
+        assert isinstance(half.a.a, ir.Reduce) and not any(
+            isinstance(n, ir.Select) for n in ir.walk(half.a.a))
+    verify(shaped)
+    rng = np.random.default_rng(3)
+    bufs = {"ch": np.array(children, np.int32), "M": rng.standard_normal((2, 4, 4)).astype(np.float32),
+            "h": rng.standard_normal((2, 4)).astype(np.float32)}
+    want = interpret.run(program, bufs, {})["t"]
+    np.testing.assert_allclose(interpret.run(shaped, bufs, {})["t"], want, rtol=1e-6, atol=1e-6)
+
+
+def test_sink_into_selects_keeps_a_let_used_outside_a_branch():
+    program = _concat_of_guarded_products()
+    k = program.kernels[0]
+    store = next(n for n in ir.walk(k.body) if isinstance(n, ir.Store))
+    twice = ir.transform(k.body, lambda n: replace(n, value=ir.BinOp("+", n.value, ir.Var("a")))
+                         if n is store else None)
+    kept = replace(program, kernels=(replace(k, body=twice),))
+    assert {n.var for n in ir.walk(forms.sink_into_selects(kept)) if isinstance(n, ir.Let)} == {"c0", "c1", "a"}
+    # used once but inside a sum: inlined, it would be computed once per term
+    per_term = ir.Select(ir.Cmp("<", ir.Var("j"), ir.as_expr(4)), ir.Reduce(
+        "sum", "q", ir.as_expr(0), ir.as_expr(4), ir.BinOp("*", ir.Var("a"), ir.Load("h", (ir.as_expr(0), ir.Var("q"))))),
+        ir.Var("b"))
+    inner = ir.transform(k.body, lambda n: replace(n, value=per_term) if n is store else None)
+    kept = replace(program, kernels=(replace(k, body=inner),))
+    assert {n.var for n in ir.walk(forms.sink_into_selects(kept)) if isinstance(n, ir.Let)} == {"c0", "c1", "a"}

@@ -124,7 +124,7 @@ class OpenCLRenderer(Renderer):
     def render(self, program: Any) -> Source:
         if not isinstance(program, ir.Program):
             raise TypeError(f"the opencl renderer takes a LoopProgram, not {type(program).__name__}")
-        shaped = forms.to_work_groups(forms.split_phases(program))
+        shaped = forms.sink_into_selects(forms.to_work_groups(forms.split_phases(program)))
         if self.fast_math:
             shaped = forms.split_reductions(forms.tanh_via_sigmoid(forms.unfused_fma(forms.hoist_guards(shaped))))
         full = add_single_group(shaped)

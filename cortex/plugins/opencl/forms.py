@@ -191,7 +191,8 @@ def _is_zero(e: ir.Expr) -> bool:
 
 def hoist_guards(program: ir.Program) -> ir.Program:
     """``sum(k: x * select(c, y, 0))`` -> ``select(c, sum(k: x * y), 0)`` when ``c`` does not
-    depend on ``k`` (a child guard: ``ch >= 0`` around ``h[ch, k]``).
+    depend on ``k`` (a child guard: ``ch >= 0`` around ``h[ch, k]``); a product with a guard on
+    each side (MV-RNN's child matrix times the other child's state) loses both, nested.
 
     The guarded form's loop body holds a conditional load the compiler must keep conditional,
     which blocks vectorizing the dot product; hoisted, the loop is a plain dot product and the
@@ -199,25 +200,73 @@ def hoist_guards(program: ir.Program) -> ir.Program:
     loads still run only when the guard holds). Equal to the original up to ``x * 0`` for
     non-finite ``x``, a difference the backend accepts only with ``fast_math``."""
 
-    def split(body: ir.Expr, var: str) -> tuple[ir.Expr, ir.Expr] | None:
+    def split(body: ir.Expr, var: str) -> tuple[ir.Expr, ir.Expr, ir.Expr] | None:
         if not (isinstance(body, ir.BinOp) and body.op == "*"):
             return None
         for sel, other in ((body.b, body.a), (body.a, body.b)):
             if (isinstance(sel, ir.Select) and _is_zero(sel.b)
                     and var not in _free_names(sel.cond)
                     and not any(isinstance(n, ir.Reduce) for n in ir.walk(sel.cond))):
-                return sel.cond, ir.BinOp("*", other, sel.a)
+                return sel.cond, ir.BinOp("*", other, sel.a), sel.b
         return None
 
     def f(n: ir.Node) -> ir.Node | None:
         if not (isinstance(n, ir.Reduce) and n.op == "sum"):
             return None
-        found = split(n.body, n.var)
-        if found is None:
+        guards, body = [], n.body
+        while (found := split(body, n.var)) is not None:
+            cond, body, zero = found
+            guards.append((cond, zero))
+        if not guards:
             return None
-        cond, body = found
-        zero = n.body.b.b if isinstance(n.body.b, ir.Select) else n.body.a.b  # type: ignore[union-attr]
-        return ir.Select(cond, ir.Reduce("sum", n.var, n.start, n.stop, body), zero)
+        out: ir.Expr = replace(n, body=body)
+        for cond, zero in reversed(guards):
+            out = ir.Select(cond, out, zero)
+        return out
+
+    kernels = tuple(replace(k, body=ir.transform(k.body, f)) for k in program.kernels)
+    return replace(program, kernels=kernels)
+
+
+def _uses(e: ir.Expr, var: str, in_arm: bool = False) -> list[bool]:
+    """One entry per use of ``var`` in ``e``: whether it lies in a branch of a ``Select`` and
+    is evaluated at most once there (not inside a sum, which would evaluate it per term)."""
+    if isinstance(e, ir.Var):
+        return [in_arm] if e.name == var else []
+    if isinstance(e, ir.Reduce):
+        return [False] * sum(len(_uses(c, var)) for c in (e.start, e.stop, e.body))
+    if isinstance(e, ir.Select):
+        return _uses(e.cond, var, in_arm) + _uses(e.a, var, True) + _uses(e.b, var, True)
+    return [u for c in ir.children(e) if isinstance(c, ir.Expr) for u in _uses(c, var, in_arm)]
+
+
+def sink_into_selects(program: ir.Program) -> ir.Program:
+    """``let x = v`` holding a sum, used once and only in a branch of a ``select`` in the store
+    its chain of lets ends in, is inlined there: the renderer makes a select around a sum an
+    if/else, so ``v`` is computed only when its branch is taken. A concatenation's halves are
+    such lets (MV-RNN's two matrix-vector products, ``t[j] = select(j < 64, a, b)``: both were
+    computed for every ``j``). Exact: only lets separate ``x`` from the store (no store in
+    between), so ``v`` reads the same memory. Lets inside ``vectorized`` loops stay (their
+    vector statements need lane-free branches)."""
+    in_vectors = {n.var for k in program.kernels for loop in ir.walk(k.body)
+                  if isinstance(loop, ir.For) and loop.kind == "vectorized"
+                  for n in ir.walk(loop) if isinstance(n, ir.Let)}
+
+    def f(n: ir.Node) -> ir.Node | None:
+        if (not isinstance(n, ir.Let) or n.var in in_vectors
+                or not any(isinstance(m, ir.Reduce) for m in ir.walk(n.value))):
+            return None
+        chain, s = [], n.body
+        while isinstance(s, ir.Let):
+            chain.append(s)
+            s = s.body
+        if (not isinstance(s, ir.Store) or _uses(s.value, n.var) != [True]
+                or any(_uses(e, n.var) for e in (*s.index, *(c.value for c in chain)))):
+            return None
+        out: ir.Stmt = replace(s, value=ir.substitute(s.value, {n.var: n.value}))
+        for c in reversed(chain):
+            out = replace(c, body=out)
+        return out
 
     kernels = tuple(replace(k, body=ir.transform(k.body, f)) for k in program.kernels)
     return replace(program, kernels=kernels)

@@ -156,6 +156,32 @@ class _Layout:
         self.total += (self.sizes[name] + align - 1) // align * align
 
 
+@dataclass
+class _CallPlan:
+    """What a call of one shape needs, computed once per shape (:meth:`CompiledProgram._plan`):
+    ``staged`` (buffer index, offset, bytes) of each per-call array in the packed upload,
+    ``params`` the indices of the param buffers, ``read_back`` (index, view of the read-back
+    array) of each output, ``device_args`` every kernel argument but the params'."""
+
+    sizes: dict[str, int]
+    packed: _Layout
+    outs: _Layout
+    staged: tuple[tuple[int, int, int], ...]
+    params: tuple[int, ...]
+    read_back: tuple[tuple[int, np.ndarray], ...]
+    device_args: list[Any]
+    form: str
+
+
+def _check_handles(program: ir.Program, buffers: tuple[Any, ...]) -> None:
+    """Each buffer argument is the handle ``OpenCLRuntime`` made for its role."""
+    for b, a in zip(program.buffers, buffers):
+        want = HostArray if b.read_only else Allocation
+        if type(a) is not want and not isinstance(a, want):
+            made = "runtime.upload" if b.read_only else "runtime.allocate"
+            raise TypeError(f"{b.role} buffer {b.name!r}: expected what {made} returned")
+
+
 def choose_form(form: str, has_single: bool, has_host: bool, sizes: Mapping[str, int],
                 parallel_units: int, cpu: bool = True, program: ir.Program | None = None) -> str:
     """"single_group" or "per_level" for one call: ``form`` when it is not "auto"; else the
@@ -222,6 +248,7 @@ class CompiledProgram:
         self._local_sizes: dict[str, int] = {}
         self._bound: dict[str, list[Any]] = {}  # per kernel: the arguments it was last given
         self._upload_done: Any = None  # event of the last packed upload (staging is reused)
+        self._plans: dict[tuple[Any, ...], _CallPlan] = {}  # per call shape (``_plan``)
         self.last_form = ""
         self.launches = 0  # kernel launches of the last call
 
@@ -313,69 +340,39 @@ class CompiledProgram:
         import pyopencl as cl
 
         p = self.program
-        nb, ns = len(p.buffers), len(p.sizes)
-        if len(args) != nb + ns:
-            raise TypeError(f"program {p.name} takes {nb} buffers and {ns} sizes; got {len(args)} arguments")
-        sizes = {s.name: int(v) for s, v in zip(p.sizes, args[nb:])}
+        nb = len(p.buffers)
+        if len(args) != nb + len(p.sizes):
+            raise TypeError(f"program {p.name} takes {nb} buffers and {len(p.sizes)} sizes; "
+                            f"got {len(args)} arguments")
+        buffers = args[:nb]
+        _check_handles(p, buffers)
+        plan = self._plan(buffers, args[nb:])
         queue = self.device.queue
-        align = self.align
-        packed, outs, temps = _Layout(), _Layout(), _Layout()
-        host_index: dict[str, np.ndarray] = {}
-        for b, a in zip(p.buffers, args[:nb]):
-            if b.role == "param":
-                if not isinstance(a, HostArray):
-                    raise TypeError(f"param buffer {b.name!r}: expected what runtime.upload returned")
-                if a.device is None:
-                    a.device = _dedicated(self.device, a.array, b.name)
-            elif b.read_only:
-                if not isinstance(a, HostArray):
-                    raise TypeError(f"{b.role} buffer {b.name!r}: expected what runtime.upload returned")
-                packed.add(b.name, a.array.nbytes, align)
-                host_index[b.name] = a.array
-            else:
-                if not isinstance(a, Allocation):
-                    raise TypeError(f"{b.role} buffer {b.name!r}: expected what runtime.allocate returned")
-                (outs if b.role == "output" else temps).add(b.name, _nbytes(a.shape, a.dtype), align)
-        # one packed upload of every per-call array
-        self._inputs.ensure(packed.total)
-        self._outputs.ensure(outs.total)
-        self._temps.ensure(temps.total)
+        packed, outs = plan.packed, plan.outs
         if self._upload_done is not None:
             self._upload_done.wait()  # the previous call's upload may still read the staging array
             self._upload_done = None
-        if self._staging.nbytes < packed.total:
-            self._staging = np.empty(self._inputs.capacity, np.uint8)
-        for name, a in host_index.items():
-            off = packed.offsets[name]
-            self._staging[off: off + a.nbytes] = a.reshape(-1).view(np.uint8)
+        staging = self._staging
+        for i, off, n in plan.staged:
+            staging[off: off + n] = buffers[i].array.reshape(-1).view(np.uint8)
+        device_args = plan.device_args.copy()
+        for i in plan.params:
+            a = buffers[i]
+            if a.device is None:
+                a.device = _dedicated(self.device, a.array, p.buffers[i].name)
+            device_args[i] = a.device
         try:
             if packed.total:
-                self._upload_done = cl.enqueue_copy(queue, self._inputs.buffer, self._staging[:packed.total],
+                self._upload_done = cl.enqueue_copy(queue, self._inputs.buffer, staging[:packed.total],
                                                     is_blocking=False)
-            device_args: list[Any] = []
-            for b, a in zip(p.buffers, args[:nb]):
-                if b.role == "param":
-                    device_args.append(a.device)
-                elif b.read_only:
-                    device_args.append(self._inputs.sub(packed.offsets[b.name], packed.sizes[b.name]))
-                elif b.role == "output":
-                    device_args.append(self._outputs.sub(outs.offsets[b.name], outs.sizes[b.name]))
-                else:
-                    device_args.append(self._temps.sub(temps.offsets[b.name], temps.sizes[b.name]))
-            device_args += [np.int32(v) for v in args[nb:]]
-            info = self.device.info
-            form = choose_form(self.form, self.has_single, self.host_ok, sizes, info.compute_units,
-                               cpu=info.kind == "CPU", program=p)
-            self.last_form = form
             self.launches = 0
-            if form == "single_group":
+            self.last_form = plan.form
+            if plan.form == "single_group":
                 self._enqueue(forms.SINGLE_KERNEL, device_args, (), 1)
             else:
-                env = dict(sizes)
-                self._host_steps(p.host, env, device_args, host_index)
+                host_index = {p.buffers[i].name: buffers[i].array for i, _, _ in plan.staged}
+                self._host_steps(p.host, dict(plan.sizes), device_args, host_index)
             if outs.total:
-                if self._readback.nbytes < outs.total:
-                    self._readback = np.empty(self._outputs.capacity, np.uint8)
                 cl.enqueue_copy(queue, self._readback[:outs.total], self._outputs.buffer, is_blocking=False)
         except OpenCLResourceError:
             raise
@@ -386,11 +383,71 @@ class CompiledProgram:
                     "Try a smaller batch, work_group_size, or a schedule without local-memory caches"
                 ) from None
             raise OpenCLLaunchError(f"OpenCL failed running {p.name} on {self.device.info.label}: {exc}") from None
-        for b, a in zip(p.buffers, args[:nb]):
-            if b.role == "output":
+        for i, view in plan.read_back:
+            buffers[i].host = view
+
+    def _plan(self, buffers: tuple[Any, ...], size_args: tuple[Any, ...]) -> "_CallPlan":
+        """The call's layout (packed inputs, output and temporary pools, their sub-buffers,
+        the execution form), kept per sizes and array sizes: a repeated shape of input costs a
+        dictionary look-up, not a walk over every buffer. A pool that grows drops every plan
+        (their sub-buffers are of the old one)."""
+        key = (tuple(int(v) for v in size_args),
+               tuple(a.array.nbytes if isinstance(a, HostArray) else a.shape for a in buffers))
+        plan = self._plans.get(key)
+        if plan is None:
+            if len(self._plans) >= 64:
+                self._plans.clear()
+            plan = self._make_plan(buffers, key[0])  # drops every plan if a pool grows
+            self._plans[key] = plan
+        return plan
+
+    def _make_plan(self, buffers: tuple[Any, ...], size_values: tuple[int, ...]) -> "_CallPlan":
+        p = self.program
+        sizes = {s.name: v for s, v in zip(p.sizes, size_values)}
+        align = self.align
+        packed, outs, temps = _Layout(), _Layout(), _Layout()
+        for b, a in zip(p.buffers, buffers):
+            if b.role == "param":
+                continue
+            if b.read_only:
+                packed.add(b.name, a.array.nbytes, align)
+            else:
+                (outs if b.role == "output" else temps).add(b.name, _nbytes(a.shape, a.dtype), align)
+        pools = (self._inputs.buffer, self._outputs.buffer, self._temps.buffer)
+        self._inputs.ensure(packed.total)
+        self._outputs.ensure(outs.total)
+        self._temps.ensure(temps.total)
+        if pools != (self._inputs.buffer, self._outputs.buffer, self._temps.buffer):
+            self._plans.clear()  # their sub-buffers belong to a pool that was replaced
+        if self._upload_done is not None:
+            self._upload_done.wait()  # the staging array may be replaced below
+            self._upload_done = None
+        if self._staging.nbytes < packed.total:
+            self._staging = np.empty(self._inputs.capacity, np.uint8)
+        if self._readback.nbytes < outs.total:
+            self._readback = np.empty(self._outputs.capacity, np.uint8)
+        device_args: list[Any] = []
+        staged, params, read_back = [], [], []
+        for i, (b, a) in enumerate(zip(p.buffers, buffers)):
+            if b.role == "param":
+                params.append(i)
+                device_args.append(None)
+            elif b.read_only:
+                staged.append((i, packed.offsets[b.name], a.array.nbytes))
+                device_args.append(self._inputs.sub(packed.offsets[b.name], packed.sizes[b.name]))
+            elif b.role == "output":
                 off = outs.offsets[b.name]
+                device_args.append(self._outputs.sub(off, outs.sizes[b.name]))
                 n = _nbytes(a.shape, a.dtype)
-                a.host = self._readback[off: off + n].view(a.dtype).reshape(a.shape)
+                read_back.append((i, self._readback[off: off + n].view(a.dtype).reshape(a.shape)))
+            else:
+                device_args.append(self._temps.sub(temps.offsets[b.name], temps.sizes[b.name]))
+        device_args += [np.int32(v) for v in size_values]
+        info = self.device.info
+        form = choose_form(self.form, self.has_single, self.host_ok, sizes, info.compute_units,
+                           cpu=info.kind == "CPU", program=p)
+        return _CallPlan(sizes, packed, outs, tuple(staged), tuple(params), tuple(read_back),
+                         device_args, form)
 
     def _host_steps(self, steps: tuple[ir.Node, ...], env: dict[str, int], device_args: list[Any],
                     host_index: Mapping[str, np.ndarray]) -> None:
@@ -467,6 +524,11 @@ class OpenCLRuntime(Runtime):
 
     def upload(self, array: np.ndarray) -> HostArray:
         return HostArray(np.array(array, copy=True, order="C"))
+
+    def stage(self, array: np.ndarray) -> HostArray:
+        """A per-call input, not copied: ``launch`` packs it into the staging array before it
+        returns, and nothing reads it after that."""
+        return HostArray(np.ascontiguousarray(array))
 
     def adopt(self, array: np.ndarray) -> HostArray:
         """The executable's prepared param, handed over: kept as it is (a token table's zero
