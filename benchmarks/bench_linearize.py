@@ -13,6 +13,13 @@ A second section, ``treelstm_nested``, times the call-path case of the TreeLSTM 
 ``exe(trees)`` does (``arity=2, vocab_size=20000``), cache off; its bars are b1 <= 50 us and
 b10 <= 250 us.
 
+A third section, ``dagrnn_grids``, times the DAG-RNN call path of ``cortex bench``: batches of
+1, 10 and 100 grids of 5 x 5 cells with 256 float64 features each
+(``cortex.bench.workloads.make_inputs("DAGRNN", 30, b, ...)``), linearized the way a float32
+executable does (``feature_dim=256, feature_dtype=float32``: the fused grid path), next to its
+peer in the same run: the general path (every grid read into a part, then ``assemble``) with
+float64 features converted to float32 afterwards, which is what a call did before the grid path.
+
 Usage: ``python benchmarks/bench_linearize.py [--repeats 300] [--quick]``
 """
 
@@ -169,6 +176,31 @@ def measure(fn: Callable[[], Any], repeats: int) -> dict[str, float]:
     return {"median_us": statistics.median(times) * 1e6, "min_us": min(times) * 1e6}
 
 
+def dagrnn_grids(repeats: int) -> dict[str, Any]:
+    """The DAG-RNN call path (module docstring): the grid path and the general path, per batch."""
+    from cortex.bench.workloads import make_inputs
+    from cortex.core.linearize import read_part
+    from cortex.core.linearize.assemble import assemble
+
+    out: dict[str, Any] = {}
+    for b in (1, 10, 100):
+        grids = make_inputs("DAGRNN", 30, b, vocab=1, width=256, seed=0).structures
+
+        def general() -> Any:
+            parts = [read_part(g, None, i) for i, g in enumerate(grids)]
+            batch = assemble(parts, arity=None, vocab_size=None, feature_dim=256)
+            return batch.features.astype(np.float32)
+
+        reps = max(5, repeats // b)
+        fused = measure(lambda: linearize(grids, feature_dim=256, feature_dtype=np.float32), reps)
+        peer = measure(general, reps)
+        out[f"b{b}"] = {"nodes": 25 * b, "us_per_batch": round(fused["median_us"], 1),
+                        "us_per_batch_min": round(fused["min_us"], 1),
+                        "general_path_us_per_batch": round(peer["median_us"], 1),
+                        "ratio_to_general_path": round(fused["median_us"] / peer["median_us"], 3)}
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=300)
@@ -235,6 +267,7 @@ def main() -> None:
                              "us_per_batch": round(t["median_us"], 1),
                              "us_per_batch_min": round(t["min_us"], 1)}
     set_cache(True)
+    grids = dagrnn_grids(repeats)
 
     array_forms = ("parent_arrays", "child_tables")
     python_forms = ("nested_tuples", "sexpr_strings")
@@ -250,6 +283,7 @@ def main() -> None:
             "us_per_node": round(peer["median_us"] / nodes_per_form["nested_tuples"], 3)},
         "forms": results,
         "treelstm_nested": treelstm,
+        "dagrnn_grids": grids,
         "big": big,
         "bars": {
             "array_forms_batch_us_le_100": {

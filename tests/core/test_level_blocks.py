@@ -12,7 +12,8 @@ import pytest
 
 from cortex.core import loopir as ir
 from cortex.core.lowering.jam import JamOptions, jam_levels
-from cortex.core.lowering.level_blocks import block_levels, gathered_row_bytes, pays, weight_bytes
+from cortex.core.lowering.level_blocks import (block_levels, gathered_row_bytes, own_row_bytes, pays,
+                                               weight_bytes)
 from cortex.core.lowering.level_interchange import interchange_levels, is_node_loop
 from cortex.core.lowering.loop_shapes import block_hidden_loops
 from cortex.core.lowering.schedule import ScheduleSpace
@@ -48,6 +49,22 @@ def test_the_rows_a_node_gathers_and_the_weights_it_reads_are_counted():
     assert weight_bytes(node, swapped) > 0
     assert weight_bytes(node, swapped) <= sum(int(np.prod([ir.const_int(d) for d in b.shape])) * 8
                                               for b in params.values())
+
+
+def test_the_nodes_own_rows_its_reductions_read_count_towards_the_panel():
+    """A TreeGRU's candidate GEMV reads the node's ``r * h_k`` rows (two temporaries of H
+    float32) besides the children's rows it gathers; its reset-gate GEMV reads no own row."""
+    import cortex
+    from cortex.models import TreeGRU
+
+    exe = cortex.compile(TreeGRU(hidden=64, embed=8, vocab=10), target="numpy",
+                         schedule={"panel_kib": 0, "node_jam": 1, "interchange": True})
+    program = exe.program
+    loops = [x.body for x in ir.walk(program.kernel("main").body)
+             if isinstance(x, ir.For) and x.kind == "parallel" and isinstance(x.body, ir.For)
+             and is_node_loop(x.body)]
+    counted = sorted((gathered_row_bytes(v, program), own_row_bytes(v, program)) for v in loops)
+    assert counted == [(2 * 64 * 4, 0), (2 * 64 * 4, 2 * 64 * 4)]
 
 
 @pytest.mark.parametrize("name", ["tree_rnn", "tree_lstm"])

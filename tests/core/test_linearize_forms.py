@@ -158,19 +158,23 @@ def test_cache_hits_and_switches() -> None:
 
 
 def test_batches_too_big_to_store_are_not_keyed(monkeypatch) -> None:
-    """Feature grids past the key budget are neither stored nor copied into a key (that cost
-    more than linearizing them); small ones are cached; results are the same either way."""
+    """Feature inputs past the key budget are neither stored nor copied into a key (that cost
+    more than linearizing them); small ones are cached; results are the same either way.
+    (Feature grids never reach the batch cache: their fused path is cheaper than a key.)"""
     from cortex.core.linearize import cache
 
     rng = np.random.default_rng(0)
-    small = [Grid(2, 2, features=rng.normal(size=(2, 2, 3))) for _ in range(2)]
+    small = [Sequence(rng.normal(size=(4, 3))) for _ in range(2)]
     big = [Grid(10, 10, features=rng.normal(size=(10, 10, 256))) for _ in range(10)]  # 2 MB
     assert None not in cache.input_keys(small, None)
+    assert None not in cache.input_keys(big[:1], None)
     assert cache.input_keys(big, None) == [None] * 10
     mixed = cache.input_keys(["(1 (2 3) (4 5))", *big], None)  # strings keep their keys
     assert mixed[0] is not None and mixed[1:] == [None] * 10
     clear_cache()
     assert linearize(small) is linearize(small)
+    big_seqs = [Sequence(rng.normal(size=(100, 256))) for _ in range(10)]  # 2 MB
+    assert linearize(big_seqs) is not linearize(big_seqs)
     calls: list[int] = []
     real = cache._array_key
     monkeypatch.setattr(cache, "_array_key", lambda v: (calls.append(1), real(v))[1])

@@ -98,6 +98,19 @@ def test_stack_gates_builds_one_matmul_per_input():
     assert len(leaf_lin) == 1 and leaf_lin[0].shape == (12,)
 
 
+def test_stack_gates_keeps_stages_apart():
+    """A TreeGRU's reset gate feeds the candidate's GEMV (stage 1), its update gate only the
+    output (stage 0): per child they stay two linears; gates of one stage are still stacked."""
+    from cortex.models import TreeGRU
+
+    g = run_passes(TreeGRU(hidden=4, embed=3, vocab=7).trace(), [cse, stack_gates, dce])
+    lin = [v for v in g.case("internal").values if v.op == "linear"]
+    assert len(lin) == 6 and all(v.shape == (4,) for v in lin)  # U_r_k, U_z_k, U_n_k per child
+    assert not any(d.name.startswith("stack[U_") for d in g.derived)
+    seq = run_passes(SeqGRU(hidden=4, embed=3, vocab=7).trace(), [cse, stack_gates, dce])
+    assert any(d.name.startswith("stack[U_") for d in seq.derived)  # r gates U_n h: stage 0
+
+
 def test_hoist_turns_embedding_projection_into_a_table():
     g = run_passes(ChildSumTreeLSTM(hidden=4, embed=3, vocab=7).trace(), DEFAULT_PASSES)
     leaf = g.case("leaf")

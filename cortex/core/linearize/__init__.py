@@ -10,6 +10,7 @@ latency path. One module per job:
 * ``arrays``   -- parent arrays, child tables, edge lists, sequences, grids (vectorized);
 * ``fast``     -- the fused whole-batch paths for plain parent arrays / child tables and
                 for nested tuples/lists of int tokens;
+* ``grids``    -- the fused path for feature grids: a cached layout per tuple of shapes;
 * ``assemble`` -- batch-wide validation and level numbering in NumPy;
 * ``cache``    -- LRU caches for structures seen before, bounded in entries and bytes;
 * ``limits``   -- the int32 index range and the memory budget every input is checked against
@@ -30,10 +31,11 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import int_arg
+from ..errors import ArgumentTypeError, int_arg
 from .structure import LinearizedBatch
 from . import cache as _cache
 from . import fast as _fast
+from . import grids as _grids
 from .arrays import array_part
 from .assemble import MAX_INDEX, MAX_TABLE_ENTRIES, Origin, assemble
 from .ast_types import AST_NODE_TYPES, AST_TYPE_IDS, AST_UNKNOWN, AST_VOCAB_SIZE, ast_type_id
@@ -60,6 +62,18 @@ __all__ = [
 ]
 
 _ARRAY_FORMS = (ParentArray, ChildTable, EdgeList, Sequence, Grid)
+_FLOAT64 = np.dtype(np.float64)
+
+
+def _feature_dtype(v: Any) -> np.dtype:
+    """``linearize``'s ``feature_dtype``: float64 or float32 (any spelling NumPy reads)."""
+    try:
+        got = np.dtype(v)
+    except (TypeError, ValueError):
+        got = None
+    if got is None or got not in (np.float64, np.float32):
+        raise ArgumentTypeError(f"linearize: feature_dtype must be float64 or float32, got {v!r}")
+    return got
 
 
 def _sexpr_part(text: str, vocab: Any, label_vocab: Any, index: int, key: Any) -> Part:
@@ -130,23 +144,33 @@ def _read_sst_strings(items: list[Any], vocab: Any, keys: list[Any]) -> list[Par
 
 
 def linearize(structures: Any, *, arity: int | None = None, vocab_size: int | None = None,
-              feature_dim: int | None = None, vocab: Any = None,
-              cache: bool = True) -> LinearizedBatch:
+              feature_dim: int | None = None, vocab: Any = None, cache: bool = True,
+              feature_dtype: Any = None) -> LinearizedBatch:
     """Linearize one structure, or a ``list`` of them (a batch), into a LinearizedBatch.
 
     ``arity=k`` requires exactly k children on every internal node (fixed-arity models);
     ``vocab_size`` requires token ids in ``[0, vocab_size)``; ``feature_dim`` requires feature
     vectors of that size; ``vocab`` maps string tokens to ids (``vocab[token] -> int``).
-    ``cache=False`` bypasses the caches for this call. Raises a :class:`StructureError`
-    (a ``ValueError``) naming the input index and node for any input that is not safe.
+    ``cache=False`` bypasses the caches for this call. ``feature_dtype``: ``float64`` (the
+    default) or ``float32``, the dtype of the batch's features (an executable asks for its
+    own, so its call converts them once, while it puts them in output order). Raises a
+    :class:`StructureError` (a ``ValueError``) naming the input index and node for any input
+    that is not safe.
     """
     for name, v in (("arity", arity), ("vocab_size", vocab_size), ("feature_dim", feature_dim)):
         if v is not None and (type(v) is not int or v < 1):
             int_arg("linearize", name, v)  # raises unless a NumPy int >= 1
+    fdtype = _FLOAT64 if feature_dtype is None else _feature_dtype(feature_dtype)
     items = structures if type(structures) is list else [structures]
     if not items:
         raise EmptyBatchError("empty batch: give at least one structure")
     t0 = type(items[0])
+    if t0 is Grid and vocab_size is None:
+        # feature grids: a cached layout per tuple of shapes and one scatter of the features
+        # (None: not plain feature grids, or an error the general path below reports)
+        out = _grids.grid_batch(items, arity, feature_dim, fdtype)
+        if out is not None:
+            return out
     if (t0 is tuple or t0 is list or t0 is int) and feature_dim is None and (
             arity is None or (isinstance(arity, (int, np.integer)) and arity >= 1)) and (
             vocab_size is None or isinstance(vocab_size, (int, np.integer))):
@@ -161,7 +185,7 @@ def linearize(structures: Any, *, arity: int | None = None, vocab_size: int | No
     if cache and _cache.STATE.enabled:
         keys = _cache.input_keys(items, vocab)
         if None not in keys:
-            bkey = (tuple(keys), arity, vocab_size, feature_dim)
+            bkey = (tuple(keys), arity, vocab_size, feature_dim, fdtype.char)
             hit = _cache.STATE.batches.get(bkey)
             if hit is not None:
                 return hit
@@ -176,7 +200,8 @@ def linearize(structures: Any, *, arity: int | None = None, vocab_size: int | No
         parts = _read_sst_strings(items, vocab, keys)
         parts = [p if p is not None else read_part(x, vocab, i, keys[i])
                  for i, (x, p) in enumerate(zip(items, parts))]
-        out = assemble(parts, arity=arity, vocab_size=vocab_size, feature_dim=feature_dim)
+        out = assemble(parts, arity=arity, vocab_size=vocab_size, feature_dim=feature_dim,
+                       feature_dtype=fdtype)
     if bkey is not None:
         size = _cache.key_size(bkey)
         if size <= _cache.MAX_KEY_BYTES:

@@ -71,11 +71,15 @@ class Origin(Sequence):
             local = int(key)
         if not 0 <= local < self._starts[b + 1] - self._starts[b]:
             raise KeyError(key)
+        return int(self.new_ids()[self._starts[b] + local])
+
+    def new_ids(self) -> np.ndarray:
+        """The output row of every global pre-order node id (the inverse of the order)."""
         if self._new_id is None:
             new_id = np.empty(len(self._order), np.int64)
             new_id[self._order] = np.arange(len(self._order))
             self._new_id = new_id
-        return int(self._new_id[self._starts[b] + local])
+        return self._new_id
 
 
 class _Batch:
@@ -198,7 +202,7 @@ def _first(order: np.ndarray, bad_new: np.ndarray) -> int:
 
 
 def assemble(parts: list[Part], *, arity: int | None, vocab_size: int | None,
-             feature_dim: int | None) -> LinearizedBatch:
+             feature_dim: int | None, feature_dtype: np.dtype = np.dtype(np.float64)) -> LinearizedBatch:
     nb = len(parts)
     if nb == 0:
         raise EmptyBatchError("empty batch: give at least one structure")
@@ -298,7 +302,7 @@ def assemble(parts: list[Part], *, arity: int | None, vocab_size: int | None,
                               "need a variable-arity model such as "
                               "cortex.models.ChildSumTreeLSTM", g)
     words = _words(parts, batch, order, num_leaves, vocab_size)
-    features = _features(parts, feature_dim, new_id, starts)
+    features = _features(parts, feature_dim, new_id, starts, feature_dtype)
     labels = _labels(parts, batch)
 
     table = np.full((n, max_arity), -1, INDEX_DTYPE)
@@ -363,9 +367,10 @@ def _words(parts: list[Part], batch: _Batch, order: np.ndarray, num_leaves: int,
 
 
 def _features(parts: list[Part], feature_dim: int | None, new_id: np.ndarray,
-              starts: np.ndarray) -> np.ndarray | None:
+              starts: np.ndarray, dtype: np.dtype) -> np.ndarray | None:
     """The batch's feature vectors in output order (node ``new_id[g]`` of global id ``g``),
-    scattered from each input's array straight into one fresh array: one copy of the data."""
+    scattered from each input's array straight into one fresh array of ``dtype``: one copy
+    of the data, converted on the way."""
     if not _uniform(parts, "features", "feature vectors"):
         if feature_dim is not None:
             raise FeatureError(f"the model needs feature vectors of size {feature_dim}; "
@@ -376,7 +381,7 @@ def _features(parts: list[Part], feature_dim: int | None, new_id: np.ndarray,
     for b, d in enumerate(dims):
         if d != want:
             raise FeatureError(f"feature vectors have size {d}, expected {want}", input_index=b)
-    out = np.empty((len(new_id), want), np.float64)
+    out = np.empty((len(new_id), want), dtype)
     for p, s in zip(parts, starts.tolist()):
         out[new_id[s:s + p.n]] = p.features
     return out

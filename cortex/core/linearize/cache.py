@@ -126,13 +126,15 @@ def cache_info() -> dict[str, Any]:
             "sexprs": STATE.sexprs.info(), "grids": STATE.grids.info()}
 
 
-def get_grid(key: tuple[int, int]) -> Any:
+def get_grid(key: Any) -> Any:
     return STATE.grids.get(key) if STATE.enabled else None
 
 
-def put_grid(key: tuple[int, int], arrays: tuple[np.ndarray, ...]) -> None:
+def put_grid(key: Any, value: Any, size: int | None = None) -> None:
+    """Store a grid shape's arrays (``size``: their bytes when ``value`` is not a tuple of
+    arrays, e.g. a whole batch's layout from ``grids``)."""
     if STATE.enabled:
-        STATE.grids.put(key, arrays, sum(a.nbytes for a in arrays))
+        STATE.grids.put(key, value, sum(a.nbytes for a in value) if size is None else size)
 
 
 def nbytes(value: Any, depth: int = 2) -> int:

@@ -23,7 +23,8 @@ Invariants (N = ``num_nodes``, L = ``num_levels``):
 * ``roots[b]`` is the node id of input ``b``'s root (its sink, for a DAG; its last element, for
   a sequence). ``node_input[v]`` is the batch index of the input node ``v`` came from.
 * ``word_ids[v]`` is the per-node token id (-1 where a node carries no token), or ``None``
-  when no input carries tokens; ``features`` is ``[N, F]`` float64 or ``None``.
+  when no input carries tokens; ``features`` is ``[N, F]`` float64 (float32 when asked for:
+  ``linearize(..., feature_dtype=)``, as an executable compiled for float32 does) or ``None``.
 * Index arrays are int32 (compact for GPUs; the linearizer rejects batches that overflow).
 * Within a level, nodes are ordered by (input, the input's own node order): level 0 of a
   sentence lists its words left to right.
@@ -72,7 +73,7 @@ class LinearizedBatch:
     roots: np.ndarray  # int32 [B]
     node_input: np.ndarray  # int32 [N]
     word_ids: np.ndarray | None = None  # int32 [N], -1 = no token
-    features: np.ndarray | None = None  # float64 [N, F]
+    features: np.ndarray | None = None  # float64 (or float32) [N, F]
     # For mapping output rows back to the user's nodes: origin[v] = (batch index, key) where key
     # is a path like "root.1.0" for trees, or the user's node id for parent arrays / edge lists.
     origin: Sequence[tuple[int, Any]] | None = field(default=None, repr=False)
@@ -236,8 +237,8 @@ def _validate(b: LinearizedBatch) -> None:
         _check(np.all(b.word_ids >= -1), "word_ids are >= -1")
     if b.features is not None:
         f = b.features
-        _check(f.dtype == np.float64 and f.ndim == 2 and f.shape[0] == n,
-               "features is float64 [N, F]")
+        _check(f.dtype in (np.float64, np.float32) and f.ndim == 2 and f.shape[0] == n,
+               "features is float64 or float32 [N, F]")
     if b.labels is not None:
         _check(_is_index(b.labels, 1) and len(b.labels) == n, "labels is int32 [N]")
     if b.origin is not None:

@@ -27,7 +27,9 @@ hidden blocks, so the level keeps its one barrier::
 
 (the ``if`` always holds: it gives the verifier the ranges). ``B`` is the most nodes whose
 gathered rows fit in ``panel_kib`` KiB (a multiple of the jam's group); a level is cut into
-``nb`` blocks of equal size (rounded up to whole groups), so a level that fits runs as one block,
+``nb`` blocks of equal size (rounded up to whole groups); the node's own rows that its reductions
+read (a temporary such as a TreeGRU's ``r * h_k``) count towards the panel as well, though
+only a level that gathers rows is blocked. A level that fits runs as one block,
 as before, and a block of a big level is never a sliver. The price: each thread reads its
 hidden blocks' weights once per node block instead of once per level. A nest is blocked only
 where that :func:`pays`: per block, a thread reads its share of the weights again but saves
@@ -96,6 +98,18 @@ def gathered_row_bytes(node_loop: ir.For, program: ir.Program) -> int:
     return 0 if 0 in sizes else sum(sizes)  # a row of unknown size: not blocked
 
 
+def own_row_bytes(node_loop: ir.For, program: ir.Program) -> int:
+    """Bytes of the node's own rows its reductions read (``buf[v, ...]`` of a temporary or an
+    input, e.g. a TreeGRU's ``r * h_k``): re-read by every hidden block like the gathered rows,
+    so they count towards a panel too (0 when a size is not a constant)."""
+    buffers = {b.name: b for b in program.buffers if b.role != "param"}
+    rows = {ld.buffer for r in ir.walk(node_loop.body) if isinstance(r, ir.Reduce)
+            for ld in ir.walk(r.body) if isinstance(ld, ir.Load) and ld.index
+            and ld.buffer in buffers and ld.index[0] == ir.Var(node_loop.var)}
+    sizes = [_row_bytes(buffers[name], 1) for name in rows]
+    return 0 if 0 in sizes else sum(sizes)
+
+
 def block_level(loop: ir.For, panel_bytes: int, opts: JamOptions | None, program: ir.Program,
                 names: NameGen, chunks: int = 1, where_it_pays: bool = True,
                 cache_bytes: int = 0, units: int = 1, k_block: int = 0) -> ir.Stmt | None:
@@ -124,7 +138,7 @@ def block_level(loop: ir.For, panel_bytes: int, opts: JamOptions | None, program
     if where_it_pays and not k_nodes and not pays(weight_bytes(node, program) / max(1, chunks), J / max(1, chunks),
                                                   panel_bytes, cache_bytes):
         return None
-    most = max(group, panel_bytes // row // group * group)
+    most = max(group, panel_bytes // (row + own_row_bytes(node, program)) // group * group)
     if k_nodes:
         most = min(most, k_nodes)
     v = node.var

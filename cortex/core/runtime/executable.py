@@ -131,6 +131,10 @@ class Executable:
         self.params_snapshot = dict(snapshot) if snapshot is not None else params_snapshot(params)
         self.cache_entries = tuple(cache_entries)
         self._linearize = linearize_options(lowered.graph)
+        if np.dtype(lowered.dtype) in (np.float32, np.float64):
+            # features come out of the linearizer in the dtype the program reads: converted
+            # once, while they are put in output order (not once more by ``bind_batch``)
+            self._linearize["feature_dtype"] = np.dtype(lowered.dtype)
         if prepared is None:
             prepared = lowered.prepare_params(params)
         program = lowered.program
