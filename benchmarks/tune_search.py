@@ -195,7 +195,9 @@ def main(argv: list[str] | None = None) -> int:
                       f"{len(run['curve'])} trials, {run['elapsed_s']:.0f} s; verified winner "
                       f"{run['verified_speedup']:.2f}x", file=sys.stderr, flush=True)
                 runs.append(run)
-        result["models"][spec] = {"runs": runs, "summary": summarize(runs, args.trials)}
+                result["models"][spec] = {"runs": runs, "summary": summarize(runs, args.trials)}
+                if args.out:  # after every session: a long run stopped early keeps what it measured
+                    Path(args.out).write_text(json.dumps(result, indent=1, default=repr) + "\n")
     result["load_after"] = os.getloadavg()
     if args.plot:
         result["plot"] = plot(result, args.plot)
