@@ -181,7 +181,7 @@ class _Session:
             raise ValueError("cannot tune a compile whose graph passes include one without an "
                              "import name (a lambda, a function made in a function): its tuning "
                              "records could never be matched")
-        self.compile_timeout = compile_timeout or max(10.0, 4 * info.compile_s)
+        self.given_timeout = compile_timeout
         self.m, self.wl, self.info, self.db, self.store = measurer, wl, info, db, store
         self.budget, self.t0, self.method, self.model_name = budget, t0, method, model_name
         self.space = ScheduleSpace(info.capabilities, dtype)
@@ -202,6 +202,14 @@ class _Session:
         self.final_check: list[dict[str, Any]] = []
         self.compile_times = [info.compile_s]
         self.bar = _Progress(budget.trials, f"tune {model_name} on {target} ({method})", progress)
+
+    @property
+    def compile_timeout(self) -> float:
+        """Seconds a candidate's compile and check may take: as given, else max(10 s, 4x the
+        default schedule's compile as last measured). A worker replaced after a timeout compiles
+        the default again, so on a machine that got busier the limit grows with it instead of
+        stopping every candidate from then on."""
+        return self.given_timeout or max(10.0, 4 * self.m.info.compile_s)
 
     def remaining(self) -> float:
         """Seconds of search left: the budget minus the time spent and the final check's."""

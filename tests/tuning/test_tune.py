@@ -249,3 +249,40 @@ def test_candidates_lost_with_a_replaced_worker_are_measured_in_a_later_batch(
     trials = {json.dumps(t.schedule, sort_keys=True): t for t in result.trials}
     assert all(trials[json.dumps(s, sort_keys=True)].ok for s in made[0].lost.values())
     assert result.speedup >= 1.0
+
+
+def test_the_compile_timeout_follows_the_default_compile_of_a_replaced_worker(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from dataclasses import replace
+
+    from cortex.tuning import worker
+    from cortex.tuning.measure import CompileResult
+
+    class Slowing(worker.InProcessMeasurer):
+        """The machine gets busier: the second compile overruns its timeout, and the replaced
+        worker's compile of the default takes 30 s."""
+
+        def __init__(self, setup: dict) -> None:
+            super().__init__(setup)
+            self.generation, self.timeouts = 0, []
+            self.info = replace(self.info, compile_s=1.0)
+
+        def compile(self, schedule: dict, timeout: float) -> CompileResult:
+            self.timeouts.append(timeout)
+            if len(self.timeouts) != 2:
+                return super().compile(schedule, timeout)
+            self.generation += 1
+            self.info = replace(self.info, compile_s=30.0)
+            return CompileResult(None, False, timeout, "compile or check stopped: no answer")
+
+    made: list[Slowing] = []
+    monkeypatch.setattr(worker, "open_measurer", lambda setup, isolate: made.append(Slowing(setup)) or made[-1])
+    model = TreeRNN(hidden=6, vocab=11, seed=3)
+    cortex.tune(model, "llvm", workload=SMALL, budget=Budget(trials=4, seconds=1000), method="random",
+                store=False, resume=False, progress=False)
+    assert made[0].timeouts[:2] == [10.0, 10.0] and made[0].timeouts[2:] and all(
+        t == 120.0 for t in made[0].timeouts[2:])
+    made.clear()
+    cortex.tune(model, "llvm", workload=SMALL, budget=Budget(trials=4, seconds=1000), method="random",
+                store=False, resume=False, progress=False, compile_timeout=7.0)
+    assert set(made[0].timeouts) == {7.0}  # a limit given is kept
