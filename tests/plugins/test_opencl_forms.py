@@ -6,6 +6,7 @@ and maps CPU parallel loops onto work-groups/work-items; each must leave results
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -236,6 +237,49 @@ def test_renderer_writes_a_jammed_block_as_vector_statements(dtype, lanes):
     assert forms.SINGLE_KERNEL in {k.name for k in source.program.kernels}  # still verifies
 
 
+def test_a_jammed_loop_reads_each_child_row_through_its_row_pointer():
+    """A buffer element is written as its row's pointer indexed by the last index: a jammed
+    node's child row is loop-invariant in the fused loop, so each step's loads are base +
+    index (the sum of offsets let the driver pack the group's row + k additions into one
+    vector add and extract every address from it)."""
+    from cortex.core.lowering.jam import JamOptions, jam_levels
+    from cortex.core.lowering.level_interchange import interchange_levels
+    from cortex.core.lowering.loop_shapes import block_hidden_loops
+    from cortex.core.lowering.transforms import change_layout
+    from cortex.plugins.opencl.compiler import OpenCLRenderer
+
+    program = _serial_hidden(change_layout(tree_lstm(form="per_level", dtype="float32", H=32), "U", "packed", 16))
+    jammed, _ = jam_levels(interchange_levels(block_hidden_loops(program, 16)[0])[0], JamOptions(nodes=4))
+    source = OpenCLRenderer().render(jammed)
+    assert re.search(r"\(h \+ \(\w+\) \* \(32\)\)\[\w+\]", source)  # (h + (ch) * (32))[k]
+    assert not re.search(r"\bh\[", source)
+
+
+def test_a_row_jams_64_lane_loop_without_a_sum_is_one_vector_statement():
+    """A 64-lane ``vectorized`` loop of multiply-adds (a row jam's fused loop over a 64-wide
+    matrix row) is written as 64-lane vector statements, not a scalar loop over a private
+    array; with ``fma`` (no fast math: OpenCL's built-in takes at most 16 lanes) it stays a
+    loop."""
+    from cortex.plugins.opencl.compiler import OpenCLRenderer
+
+    j, k = ir.Var("j", ir.INT), ir.Var("k", ir.INT)
+    acc = ir.Load("acc", (j,))
+    step = ir.For("j", 0, 64, ir.Store("acc", (j,), ir.call("fma", ir.Load("W", (ir.Const(0), k)),
+                                                           ir.Load("M", (k, j)), acc)), "vectorized")
+    out = ir.For("j", 0, 64, ir.Store("out", (j,), ir.Load("acc", (j,))), "vectorized")
+    zero = ir.For("j", 0, 64, ir.Store("acc", (j,), ir.fconst(0.0, "float32")), "vectorized")
+    body = ir.Alloc("acc", "float32", (64,), "private", ir.seq(zero, ir.For("k", 0, 8, step, "serial"), out))
+    program = ir.Program("p", (), (ir.Buffer("W", "float32", (1, 8), "param"),
+                                   ir.Buffer("M", "float32", (8, 64), "input"),
+                                   ir.Buffer("out", "float32", (64,), "output")),
+                         (ir.Kernel("k", (), body),), (ir.Launch("k"),))
+    fast = OpenCLRenderer().render(program)
+    assert "(*(cx_vfloat64*)(&acc[0])) = ((*(cx_vfloat64*)(&acc[0])) + (" in fast
+    assert "for (int j = " not in fast
+    exact = OpenCLRenderer(fast_math=False).render(program)
+    assert "for (int j = " in exact and "fma(" in exact
+
+
 def test_renderer_translates_an_unjammed_program_as_scalar_code():
     from cortex.plugins.opencl.compiler import OpenCLRenderer
 
@@ -269,7 +313,7 @@ def test_renderer_writes_a_sum_per_lane_as_a_vector_accumulator_loop():
     # the guard (hoisted out of the sum by the fast-math rewrites) keeps the sum's loop under it:
     # a missing child's row is never read
     assert source.index("if ((c >= 0)) {") < source.index("for (int k = ")
-    assert "(*(__global const cx_vfloat4*)(&W[" in source  # one block of the packed weight
+    assert "(*(__global const cx_vfloat4*)(&(W + " in source  # one block of the packed weight
     assert "exp(-" in source and "cx_sigmoid_float32(" not in source
     narrow = ir.Let("j", ir.Var("jb") * 4 + ir.Var("jl"),
                     ir.Store("out", (ir.Const(0), j), ir.call("sigmoid", ir.Load("h", (ir.Const(0), j)))))

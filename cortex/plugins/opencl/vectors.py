@@ -88,6 +88,24 @@ class _VectorRenderer(render_c.CRenderer):
             text = f"__kernel __attribute__((min_vector_width({self.min_vector_bits}))) void" + text[len("__kernel void"):]
         return text
 
+    def flat_index(self, name: str, index: tuple[ir.Expr, ...]) -> str:
+        """A buffer's element as its row's pointer indexed by the last index,
+        ``(h + (ch) * (256))[k]`` instead of ``h[(ch) * (256) + (k)]``: the same element, but
+        the row pointer is loop-invariant where the row is (a jammed node's child row in a
+        fused reduction loop), so the step's loads take base + index addressing. With the
+        sum of offsets the driver's SLP vectorizer packed a group's eight ``row + k``
+        additions into one vector add and extracted each address from it, a dozen shuffles a
+        step on the port of the second FMA unit (PoCL's object code of TreeFC's kernel)."""
+        if name in self.allocs or len(index) < 2:
+            return super().flat_index(name, index)
+        b = self.p.buffer(name)
+        if len(index) != len(b.shape):
+            return super().flat_index(name, index)  # the core renderer's error
+        row = self.expr(index[0])
+        for i, dim in zip(index[1:-1], b.shape[1:-1]):
+            row = f"({row}) * ({self.expr(dim)}) + ({self.expr(i)})"
+        return f"({name} + ({row}) * ({self.expr(b.shape[-1])}))[{self.expr(index[-1])}]"
+
     def vector_type(self, dtype: str, lanes: int) -> str:
         t = self.ctype(dtype)
         name = f"cx_v{t}{lanes}"
@@ -128,8 +146,8 @@ class _VectorRenderer(render_c.CRenderer):
                     and not any(n in vlets for i in e.index for n in _names(i)))
         if isinstance(e, ir.BinOp) and e.op in ("+", "-", "*"):
             return self._vector_ok(e.a, lane, dtype, vlets) and self._vector_ok(e.b, lane, dtype, vlets)
-        if isinstance(e, ir.Call) and (e.fn == "fma" or (self.wide and e.fn in VECTOR_CALLS
-                                                          and self.lanes in VECTOR_TRIPS)):
+        if isinstance(e, ir.Call) and self.lanes in VECTOR_TRIPS and (e.fn == "fma" or (self.wide and e.fn in
+                                                                                          VECTOR_CALLS)):
             return all(self._vector_ok(a, lane, dtype, vlets) for a in e.args)
         if self.wide and isinstance(e, ir.Select):
             return (not self._varies(e.cond, lane, vlets) and self._vector_ok(e.a, lane, dtype, vlets)
@@ -237,8 +255,7 @@ class _VectorRenderer(render_c.CRenderer):
         pad = "  " * depth
         saved = list(self.pre)
         self.lanes = stop - start
-        body = (self._statements(s.body, s.var, ir.Const(start, ir.INT), stop - start, {}, pad + "  ")
-                if stop - start in VECTOR_TRIPS else None)
+        body = self._statements(s.body, s.var, ir.Const(start, ir.INT), stop - start, {}, pad + "  ")
         if body is None and start == 0 and any(isinstance(n, ir.Reduce) for n in ir.walk(s.body)):
             self.pre, self.wide = list(saved), True
             try:
