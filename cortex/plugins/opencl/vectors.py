@@ -80,6 +80,7 @@ class _VectorRenderer(render_c.CRenderer):
 
     min_vector_bits = 0
     wide = False  # the wide form (see the module doc) is being tried
+    rows = False  # the narrow form is being tried: elements through their row pointers
     lanes = 0  # of the loop being written
 
     def kernel(self, k: ir.Kernel) -> str:
@@ -89,14 +90,16 @@ class _VectorRenderer(render_c.CRenderer):
         return text
 
     def flat_index(self, name: str, index: tuple[ir.Expr, ...]) -> str:
-        """A buffer's element as its row's pointer indexed by the last index,
-        ``(h + (ch) * (256))[k]`` instead of ``h[(ch) * (256) + (k)]``: the same element, but
-        the row pointer is loop-invariant where the row is (a jammed node's child row in a
-        fused reduction loop), so the step's loads take base + index addressing. With the
-        sum of offsets the driver's SLP vectorizer packed a group's eight ``row + k``
-        additions into one vector add and extracted each address from it, a dozen shuffles a
-        step on the port of the second FMA unit (PoCL's object code of TreeFC's kernel)."""
-        if name in self.allocs or len(index) < 2:
+        """In vector statements (:attr:`rows`), a buffer's element as its row's pointer
+        indexed by the last index, ``(h + (ch) * (256))[k]`` instead of
+        ``h[(ch) * (256) + (k)]``: the same element, but the row pointer is loop-invariant
+        where the row is (a jammed node's child row in a fused reduction loop), so the step's
+        loads take base + index addressing. With the sum of offsets the driver's SLP
+        vectorizer packed a group's eight ``row + k`` additions into one vector add and
+        extracted each address from it, a dozen shuffles a step on the port of the second FMA
+        unit (PoCL's object code of TreeFC's kernel). Elsewhere the core renderer's form
+        (MV-RNN's scalar and wide loops were 5-8% slower with row pointers)."""
+        if not self.rows or name in self.allocs or len(index) < 2:
             return super().flat_index(name, index)
         b = self.p.buffer(name)
         if len(index) != len(b.shape):
@@ -255,7 +258,11 @@ class _VectorRenderer(render_c.CRenderer):
         pad = "  " * depth
         saved = list(self.pre)
         self.lanes = stop - start
-        body = self._statements(s.body, s.var, ir.Const(start, ir.INT), stop - start, {}, pad + "  ")
+        self.rows = True
+        try:
+            body = self._statements(s.body, s.var, ir.Const(start, ir.INT), stop - start, {}, pad + "  ")
+        finally:
+            self.rows = False
         if body is None and start == 0 and any(isinstance(n, ir.Reduce) for n in ir.walk(s.body)):
             self.pre, self.wide = list(saved), True
             try:
