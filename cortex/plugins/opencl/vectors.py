@@ -2,14 +2,18 @@
 ``vectorized`` loops.
 
 Pipeline position: the rendering step of the ``opencl`` backend (:func:`render`, called by
-``compiler.OpenCLRenderer``). A ``vectorized`` loop of 2-16 iterations whose body is lets and
-stores, where every access that depends on the loop variable is contiguous in it (last index
-``lane + ...``, the others lane-free) and only ``+ - *`` and ``fma`` combine lane-dependent
-values, is written as straight-line statements on an OpenCL vector type: a lane-dependent let
-becomes a vector variable, a lane-free one a scalar (OpenCL C widens scalars in arithmetic; an
-``fma`` argument is widened explicitly), a store one vector store. That is the form a node jam's
-fused reduction loops take (``cortex.core.lowering.jam_fuse``): weight vectors loaded once, accumulators
-updated with ``fma``. The vector type is a typedef with the element's alignment, so loads and
+``compiler.OpenCLRenderer``). A ``vectorized`` loop of 2-16 iterations (or 32 and 64, as clang
+vectors of several registers, when it calls no ``fma``: OpenCL's built-ins stop at 16 lanes)
+whose body is lets and stores, where every access that depends on the loop variable is
+contiguous in it (last index ``lane + ...``, the others lane-free) and only ``+ - *`` and
+``fma`` combine lane-dependent values, is written as straight-line statements on an OpenCL
+vector type: a lane-dependent let becomes a vector variable, a lane-free one a scalar (OpenCL C
+widens scalars in arithmetic; an ``fma`` argument is widened explicitly), a store one vector
+store. That is the form a node jam's fused reduction loops take
+(``cortex.core.lowering.jam_fuse``): weight vectors loaded once, accumulators updated with
+``fma`` (a row jam's 64-lane loop: a weight broadcast times a matrix row). In these statements
+a buffer's element is read through its row's pointer (:meth:`_VectorRenderer.flat_index`), so a
+jammed node's child row is a loop-invariant pointer. The vector type is a typedef with the element's alignment, so loads and
 stores are unaligned vector moves: PoCL's ``vload``/``vstore`` are library calls its compiler
 does not inline (measured: every accumulator spilled).
 
