@@ -153,8 +153,8 @@ class _VectorRenderer(render_c.CRenderer):
                     and not any(n in vlets for i in e.index for n in _names(i)))
         if isinstance(e, ir.BinOp) and e.op in ("+", "-", "*"):
             return self._vector_ok(e.a, lane, dtype, vlets) and self._vector_ok(e.b, lane, dtype, vlets)
-        if isinstance(e, ir.Call) and self.lanes in VECTOR_TRIPS and (e.fn == "fma" or (self.wide and e.fn in
-                                                                                          VECTOR_CALLS)):
+        if (isinstance(e, ir.Call) and self.lanes in VECTOR_TRIPS  # OpenCL's built-ins: 2-16 lanes
+                and (e.fn == "fma" or (self.wide and e.fn in VECTOR_CALLS))):
             return all(self._vector_ok(a, lane, dtype, vlets) for a in e.args)
         if self.wide and isinstance(e, ir.Select):
             return (not self._varies(e.cond, lane, vlets) and self._vector_ok(e.a, lane, dtype, vlets)
