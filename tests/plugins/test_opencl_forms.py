@@ -6,6 +6,7 @@ and maps CPU parallel loops onto work-groups/work-items; each must leave results
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -234,6 +235,50 @@ def test_renderer_writes_a_jammed_block_as_vector_statements(dtype, lanes):
     assert f"const cx_v{t}{lanes} w" in source  # a weight vector loaded once a step
     assert "vload" not in source and "vstore" not in source  # PoCL does not inline those
     assert forms.SINGLE_KERNEL in {k.name for k in source.program.kernels}  # still verifies
+
+
+def test_a_jammed_loop_reads_each_child_row_through_its_row_pointer():
+    """A buffer element is written as its row's pointer indexed by the last index: a jammed
+    node's child row is loop-invariant in the fused loop, so each step's loads are base +
+    index (the sum of offsets let the driver pack the group's row + k additions into one
+    vector add and extract every address from it)."""
+    from cortex.core.lowering.jam import JamOptions, jam_levels
+    from cortex.core.lowering.level_interchange import interchange_levels
+    from cortex.core.lowering.loop_shapes import block_hidden_loops
+    from cortex.core.lowering.transforms import change_layout
+    from cortex.plugins.opencl.compiler import OpenCLRenderer
+
+    program = _serial_hidden(change_layout(tree_lstm(form="per_level", dtype="float32", H=32), "U", "packed", 16))
+    jammed, _ = jam_levels(interchange_levels(block_hidden_loops(program, 16)[0])[0], JamOptions(nodes=4))
+    source = OpenCLRenderer().render(jammed)
+    steps = [line for line in source.splitlines() if "(&acc" in line and " * " in line and "h + (" in line]
+    assert steps and all(re.search(r"\(h \+ \(\w+\) \* \(32\)\)\[\w+\]", x) for x in steps)  # (h + (ch) * (32))[k]
+    assert not any(re.search(r"\bh\[", x) for x in source.splitlines() if "(&acc" in x)
+
+
+def test_a_row_jams_64_lane_loop_without_a_sum_is_one_vector_statement():
+    """A 64-lane ``vectorized`` loop of multiply-adds (a row jam's fused loop over a 64-wide
+    matrix row) is written as 64-lane vector statements, not a scalar loop over a private
+    array; with ``fma`` (no fast math: OpenCL's built-in takes at most 16 lanes) it stays a
+    loop."""
+    from cortex.plugins.opencl.compiler import OpenCLRenderer
+
+    j, k = ir.Var("j", ir.INT), ir.Var("k", ir.INT)
+    acc = ir.Load("acc", (j,))
+    step = ir.For("j", 0, 64, ir.Store("acc", (j,), ir.call("fma", ir.Load("W", (ir.Const(0), k)),
+                                                           ir.Load("M", (k, j)), acc)), "vectorized")
+    out = ir.For("j", 0, 64, ir.Store("out", (j,), ir.Load("acc", (j,))), "vectorized")
+    zero = ir.For("j", 0, 64, ir.Store("acc", (j,), ir.fconst(0.0, "float32")), "vectorized")
+    body = ir.Alloc("acc", "float32", (64,), "private", ir.seq(zero, ir.For("k", 0, 8, step, "serial"), out))
+    program = ir.Program("p", (), (ir.Buffer("W", "float32", (1, 8), "param"),
+                                   ir.Buffer("M", "float32", (8, 64), "input"),
+                                   ir.Buffer("out", "float32", (64,), "output")),
+                         (ir.Kernel("k", (), body),), (ir.Launch("k"),))
+    fast = OpenCLRenderer().render(program)
+    assert "(*(cx_vfloat64*)(&acc[0])) = ((*(cx_vfloat64*)(&acc[0])) + (" in fast
+    assert "for (int j = " not in fast
+    exact = OpenCLRenderer(fast_math=False).render(program)
+    assert "for (int j = " in exact and "fma(" in exact
 
 
 def test_renderer_translates_an_unjammed_program_as_scalar_code():

@@ -34,7 +34,7 @@ from cortex.plugins.opencl.vectors import render
 from cortex.plugins.opencl.runtime import FORMS, CompiledProgram
 
 #: Changes whenever the generated code or build flags change for the same program.
-CODEGEN_REVISION = "4"
+CODEGEN_REVISION = "5"  # 5: rows through their row pointers in vector statements; 64-lane statements
 #: The disk cache namespace of program binaries.
 CACHE_NAMESPACE = "opencl"
 #: With ``fast_math`` (the default): let the driver reassociate float sums, so a GEMV row's dot

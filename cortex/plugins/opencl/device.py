@@ -182,12 +182,11 @@ def describe(device: Any) -> DeviceInfo:
 #: the first quartile, since PoCL's launches cost more than the second core gains there).
 #: A matrix nest's column loop is merged into one 64-lane vector (``wide_lanes``, as on llvm: one
 #: weight broadcast feeds four SIMD registers; MV-RNN b1 2.23 -> 1.37 ms, b10 29.2 -> 17.4).
-#: Its rows are not jammed (``row_jam=1``): a jammed group of rows is rendered as scalar loops
-#: over a private accumulator array (64 lanes x rows x 2 children, more than the registers),
-#: while one row at a time is the 64-lane vector form (MV-RNN 0.77x at b1 and b10, same process).
+#: Its rows are jammed by the default rule (``row_jam=4``): the renderer writes a jammed group's
+#: 64-lane fused loop as vector statements (a broadcast weight and four row vectors feed 16
+#: FMAs), MV-RNN 0.70x at b1 and 0.68x at b10 against one row at a time (same process).
 CPU_PREFERRED = (("weight_layout", "packed"), ("interchange", True), ("node_jam", 4), ("jam_interleave", False),
-                 ("node_chunk", 8), ("hidden_tiles", 4), ("single_group_nodes", 1024), ("wide_lanes", 64),
-                 ("row_jam", 1))
+                 ("node_chunk", 8), ("hidden_tiles", 4), ("single_group_nodes", 1024), ("wide_lanes", 64))
 
 
 def capabilities(info: DeviceInfo) -> Capabilities:

@@ -2,14 +2,18 @@
 ``vectorized`` loops.
 
 Pipeline position: the rendering step of the ``opencl`` backend (:func:`render`, called by
-``compiler.OpenCLRenderer``). A ``vectorized`` loop of 2-16 iterations whose body is lets and
-stores, where every access that depends on the loop variable is contiguous in it (last index
-``lane + ...``, the others lane-free) and only ``+ - *`` and ``fma`` combine lane-dependent
-values, is written as straight-line statements on an OpenCL vector type: a lane-dependent let
-becomes a vector variable, a lane-free one a scalar (OpenCL C widens scalars in arithmetic; an
-``fma`` argument is widened explicitly), a store one vector store. That is the form a node jam's
-fused reduction loops take (``cortex.core.lowering.jam_fuse``): weight vectors loaded once, accumulators
-updated with ``fma``. The vector type is a typedef with the element's alignment, so loads and
+``compiler.OpenCLRenderer``). A ``vectorized`` loop of 2-16 iterations (or 32 and 64, as clang
+vectors of several registers, when it calls no ``fma``: OpenCL's built-ins stop at 16 lanes)
+whose body is lets and stores, where every access that depends on the loop variable is
+contiguous in it (last index ``lane + ...``, the others lane-free) and only ``+ - *`` and
+``fma`` combine lane-dependent values, is written as straight-line statements on an OpenCL
+vector type: a lane-dependent let becomes a vector variable, a lane-free one a scalar (OpenCL C
+widens scalars in arithmetic; an ``fma`` argument is widened explicitly), a store one vector
+store. That is the form a node jam's fused reduction loops take
+(``cortex.core.lowering.jam_fuse``): weight vectors loaded once, accumulators updated with
+``fma`` (a row jam's 64-lane loop: a weight broadcast times a matrix row). In these statements
+a buffer's element is read through its row's pointer (:meth:`_VectorRenderer.flat_index`), so a
+jammed node's child row is a loop-invariant pointer. The vector type is a typedef with the element's alignment, so loads and
 stores are unaligned vector moves: PoCL's ``vload``/``vstore`` are library calls its compiler
 does not inline (measured: every accumulator spilled).
 
@@ -80,6 +84,7 @@ class _VectorRenderer(render_c.CRenderer):
 
     min_vector_bits = 0
     wide = False  # the wide form (see the module doc) is being tried
+    rows = False  # the narrow form is being tried: elements through their row pointers
     lanes = 0  # of the loop being written
 
     def kernel(self, k: ir.Kernel) -> str:
@@ -87,6 +92,26 @@ class _VectorRenderer(render_c.CRenderer):
         if self.min_vector_bits and text.startswith("__kernel void"):
             text = f"__kernel __attribute__((min_vector_width({self.min_vector_bits}))) void" + text[len("__kernel void"):]
         return text
+
+    def flat_index(self, name: str, index: tuple[ir.Expr, ...]) -> str:
+        """In vector statements (:attr:`rows`), a buffer's element as its row's pointer
+        indexed by the last index, ``(h + (ch) * (256))[k]`` instead of
+        ``h[(ch) * (256) + (k)]``: the same element, but the row pointer is loop-invariant
+        where the row is (a jammed node's child row in a fused reduction loop), so the step's
+        loads take base + index addressing. With the sum of offsets the driver's SLP
+        vectorizer packed a group's eight ``row + k`` additions into one vector add and
+        extracted each address from it, a dozen shuffles a step on the port of the second FMA
+        unit (PoCL's object code of TreeFC's kernel). Elsewhere the core renderer's form
+        (MV-RNN's scalar and wide loops were 5-8% slower with row pointers)."""
+        if not self.rows or name in self.allocs or len(index) < 2:
+            return super().flat_index(name, index)
+        b = self.p.buffer(name)
+        if len(index) != len(b.shape):
+            return super().flat_index(name, index)  # the core renderer's error
+        row = self.expr(index[0])
+        for i, dim in zip(index[1:-1], b.shape[1:-1]):
+            row = f"({row}) * ({self.expr(dim)}) + ({self.expr(i)})"
+        return f"({name} + ({row}) * ({self.expr(b.shape[-1])}))[{self.expr(index[-1])}]"
 
     def vector_type(self, dtype: str, lanes: int) -> str:
         t = self.ctype(dtype)
@@ -128,8 +153,8 @@ class _VectorRenderer(render_c.CRenderer):
                     and not any(n in vlets for i in e.index for n in _names(i)))
         if isinstance(e, ir.BinOp) and e.op in ("+", "-", "*"):
             return self._vector_ok(e.a, lane, dtype, vlets) and self._vector_ok(e.b, lane, dtype, vlets)
-        if isinstance(e, ir.Call) and (e.fn == "fma" or (self.wide and e.fn in VECTOR_CALLS
-                                                          and self.lanes in VECTOR_TRIPS)):
+        if (isinstance(e, ir.Call) and self.lanes in VECTOR_TRIPS  # OpenCL's built-ins: 2-16 lanes
+                and (e.fn == "fma" or (self.wide and e.fn in VECTOR_CALLS))):
             return all(self._vector_ok(a, lane, dtype, vlets) for a in e.args)
         if self.wide and isinstance(e, ir.Select):
             return (not self._varies(e.cond, lane, vlets) and self._vector_ok(e.a, lane, dtype, vlets)
@@ -237,8 +262,11 @@ class _VectorRenderer(render_c.CRenderer):
         pad = "  " * depth
         saved = list(self.pre)
         self.lanes = stop - start
-        body = (self._statements(s.body, s.var, ir.Const(start, ir.INT), stop - start, {}, pad + "  ")
-                if stop - start in VECTOR_TRIPS else None)
+        self.rows = True
+        try:
+            body = self._statements(s.body, s.var, ir.Const(start, ir.INT), stop - start, {}, pad + "  ")
+        finally:
+            self.rows = False
         if body is None and start == 0 and any(isinstance(n, ir.Reduce) for n in ir.walk(s.body)):
             self.pre, self.wide = list(saved), True
             try:
