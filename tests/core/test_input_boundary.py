@@ -122,6 +122,9 @@ def test_a_field_swapped_behind_the_frozen_dataclass_breaks_the_seal(exe):
     assert not batch._is_sealed()
     with pytest.raises(InvariantError, match="child ids"):
         exe.run(batch)
+    # the batch cache holds the same trees' batch: it is not served tampered with
+    assert exe.linearize(TREES)._is_sealed()
+    exe(TREES)
 
 
 @pytest.mark.parametrize("field, value", [

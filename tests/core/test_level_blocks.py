@@ -53,7 +53,9 @@ def test_the_rows_a_node_gathers_and_the_weights_it_reads_are_counted():
 
 def test_the_nodes_own_rows_its_reductions_read_count_towards_the_panel():
     """A TreeGRU's candidate GEMV reads the node's ``r * h_k`` rows (two temporaries of H
-    float32) besides the children's rows it gathers; its reset-gate GEMV reads no own row."""
+    float32) besides the children's rows it gathers; its reset-gate GEMV reads no own row.
+    Level 1 (its gates read from tables) gathers no child rows: its reset stage reads no own
+    row either, its candidate GEMV its own ``r * h_k``."""
     import cortex
     from cortex.models import TreeGRU
 
@@ -64,7 +66,8 @@ def test_the_nodes_own_rows_its_reductions_read_count_towards_the_panel():
              if isinstance(x, ir.For) and x.kind == "parallel" and isinstance(x.body, ir.For)
              and is_node_loop(x.body)]
     counted = sorted((gathered_row_bytes(v, program), own_row_bytes(v, program)) for v in loops)
-    assert counted == [(2 * 64 * 4, 0), (2 * 64 * 4, 2 * 64 * 4)]
+    rows = 2 * 64 * 4
+    assert counted == [(0, 0), (0, rows), (rows, 0), (rows, rows)]
 
 
 _JAM8 = JamOptions(nodes=8, pad=True, register_lanes=4, unroll=2)

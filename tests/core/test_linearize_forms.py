@@ -148,11 +148,22 @@ def test_cache_hits_and_switches() -> None:
         set_cache(False)
         assert linearize([ParentArray(np.array([-1, 0]))]) is not \
             linearize([ParentArray(np.array([-1, 0]))])
-        # mutable inputs and vocabularies without a fingerprint are never cached
+        # objects and vocabularies without a fingerprint are never cached
         set_cache(True)
-        assert linearize([(1, 2)]) is not linearize([(1, 2)])
+        assert linearize([Node(word=1)]) is not linearize([Node(word=1)])
         assert linearize(["(1 (2 a) (2 b))"], vocab=VOCAB) is not \
             linearize(["(1 (2 a) (2 b))"], vocab=VOCAB)
+        # nested int tokens are keyed by their content (their marshal bytes), not the objects
+        trees = [((1, 2), 3), [4, 5]]
+        first = linearize(trees, arity=2)
+        assert linearize([((1, 2), 3), [4, 5]], arity=2) is first
+        assert linearize(trees, arity=2, vocab_size=9) is not first  # options are in the key
+        assert linearize(trees, arity=2, cache=False) is not first
+        trees[1][0] = 6  # a list changed in place: another key, the new token
+        changed = linearize(trees, arity=2)
+        assert changed is not first and 6 in changed.word_ids.tolist()
+        assert 4 in first.word_ids.tolist()  # the cached batch stays what it was
+        assert linearize([(4, 5)], arity=2) is not linearize([[4, 5]], arity=2)  # tuple != list
     finally:
         set_cache(True, max_batches=256)
 

@@ -44,7 +44,7 @@ def test_compile_tree_lstm_end_to_end():
     assert "Executable('TreeLSTM', target='numpy', dtype=float64" in repr(exe)
 
 
-def test_calls_reuse_device_buffers_but_results_never_alias_them():
+def test_calls_reuse_device_buffers_and_results_stay_the_callers():
     model = lstm()
     exe = cortex.compile(model, target="numpy")
     allocations = []
@@ -61,17 +61,28 @@ def test_calls_reuse_device_buffers_but_results_never_alias_them():
     h_first = first.nodes("h").copy()
     after_first = len(allocations)
     second = exe(same_shape)
-    assert len(allocations) == after_first  # same sizes: the pool serves every buffer
+    # ``first`` is held: its output buffers (h, c) stay its own, this call writes new ones
+    assert len(allocations) == after_first + 2
     np.testing.assert_array_equal(first.nodes("h"), h_first)  # not overwritten by call 2
     check_against_reference(model, second)
-    exe([(1, 2)])  # other sizes: new buffers, results still right
-    assert len(allocations) > after_first
-    check_against_reference(model, exe(TREES))
-    again = len(allocations)
-    third = exe(same_shape)  # the sizes repeat: the pool is not even re-resolved
-    assert len(allocations) == again
+    assert not np.shares_memory(first.nodes("h"), second.nodes("h"))
+    del first
+    held = second.nodes("c")[1:3]  # a view keeps its buffer: call 3 must not write it
+    c_held = held.copy()
+    del second
+    allocated = len(allocations)
+    third = exe(TREES)
+    assert len(allocations) == allocated + 1  # c (viewed) is new, h (dropped) is reused
+    np.testing.assert_array_equal(held, c_held)
     check_against_reference(model, third)
-    assert not np.shares_memory(third.nodes("h"), second.nodes("h"))
+    del third, held
+    allocated = len(allocations)
+    for trees in (same_shape, TREES, same_shape):  # outputs dropped: the pool serves every buffer
+        check_against_reference(model, exe(trees))
+    assert len(allocations) == allocated
+    exe([(1, 2)])  # other sizes: new buffers, results still right
+    assert len(allocations) > allocated
+    check_against_reference(model, exe(TREES))
 
 
 def test_dtype_defaults_to_the_models_and_can_be_overridden():

@@ -70,7 +70,9 @@ def test_which_derived_params_are_token_tables():
     small = run_passes(lstm().trace(), with_table_limit(DEFAULT_PASSES, 1310))
     assert token_table_names(small) == ("embed_linear[E,stack[W_i,W_o,W_u],stack[b_i,b_o,b_u]]",)
     assert token_table_names(run_passes(DAGRNN(hidden=4, features=3).trace())) == ()  # no word input
-    assert len(token_table_names(run_passes(TreeGRU(hidden=4, embed=3, vocab=V).trace()))) == 1
+    gru = token_table_names(run_passes(TreeGRU(hidden=4, embed=3, vocab=V).trace()))
+    # its leaves' projection, its leaf states and level 1's reset- and update-gate tables
+    assert [n.split("[")[0] for n in gru] == ["embed_linear", "leaf_state"] + ["embed_linear"] * 4
 
 
 @pytest.mark.parametrize("options", [HOISTED, LEVEL1], ids=["hoisted", "level1"])

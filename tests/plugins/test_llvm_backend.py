@@ -478,6 +478,28 @@ def test_launch_follows_new_arrays_and_rechecks_them():
         LLVMRuntime().launch(cp, (*bad, *size_args))
 
 
+def test_handed_out_outputs_are_reused_only_once_dropped():
+    """A call hands its output buffers to the caller (no copy); the next call writes one
+    again only when nobody holds it, although ``launch``'s pointer cache keeps a reference."""
+    model = cortex.models.MVRNN(hidden=8, embed=8, vocab=20, dtype="float32", seed=1)
+    exe = cortex.compile(model, target="llvm", threads=2)
+    a, b = [((1, 2), (3, 4))], [((5, 6), (7, 8))]
+    first = exe(a)
+    kept = {s: first.nodes(s).copy() for s in first.states}
+    _assert_matches(model, exe(b), "float32", "second call")  # dropped at once
+    for s in first.states:
+        np.testing.assert_array_equal(first.nodes(s), kept[s])
+    matrices = first.nodes("M")
+    del first
+    exe(b)
+    np.testing.assert_array_equal(matrices, kept["M"])  # the array kept it
+    del matrices
+    buffers = [id(h.array) for h in exe._handed]  # noqa: SLF001
+    for _ in range(3):
+        _assert_matches(model, exe(a), "float32", "a dropped call's buffers")
+    assert [id(h.array) for h in exe._handed] == buffers  # noqa: SLF001
+
+
 def test_jammed_dag_rnn_with_per_node_child_ranges():
     """DAG-RNN sums over CSR children (a range that differs per node) around a GEMV: the
     per-node range must not be shared by the jammed group, nor the GEMV nested inside it."""

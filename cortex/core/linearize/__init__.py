@@ -174,10 +174,10 @@ def linearize(structures: Any, *, arity: int | None = None, vocab_size: int | No
     if (t0 is tuple or t0 is list or t0 is int) and feature_dim is None and (
             arity is None or (isinstance(arity, (int, np.integer)) and arity >= 1)) and (
             vocab_size is None or isinstance(vocab_size, (int, np.integer))):
-        # nested tuples of int tokens: the whole batch in one marshal walk and NumPy (never
-        # cached: nested Python objects are not). None: anything else, or an error the
+        # nested tuples of int tokens: the whole batch in one marshal walk and NumPy, or
+        # from the batch cache by that walk's bytes. None: anything else, or an error the
         # general path below reports.
-        out = _fast.nested_batch(items, arity, vocab_size)
+        out = _fast.nested_batch(items, arity, vocab_size, cache and _cache.STATE.enabled)
         if out is not None:
             return out
     keys: list[Any] = [None] * len(items)
@@ -186,7 +186,7 @@ def linearize(structures: Any, *, arity: int | None = None, vocab_size: int | No
         keys = _cache.input_keys(items, vocab)
         if None not in keys:
             bkey = (tuple(keys), arity, vocab_size, feature_dim, fdtype.char)
-            hit = _cache.STATE.batches.get(bkey)
+            hit = _cache.sealed_batch(bkey)
             if hit is not None:
                 return hit
     out = None

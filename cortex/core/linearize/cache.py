@@ -5,8 +5,11 @@ input itself, never a hash alone, so a collision can never return a wrong batch:
 
 * s-expression strings: the text (plus the vocabulary's ``fingerprint``);
 * array forms: ``(dtype, shape, raw bytes)`` of every array field;
-* nested Python objects, ``ast`` trees and node objects are NOT cached (they are mutable and
-  hashing them would cost a full walk anyway).
+* nested tuples/lists of int tokens: the ``marshal`` bytes of the batch (``fast.nested_batch``
+  walks the batch into them anyway: the key costs no extra walk, and it is the content, not
+  the objects, so mutating a list afterwards gives another key);
+* other nested Python objects, ``ast`` trees and node objects are NOT cached (they are mutable
+  and hashing them would cost a full walk anyway).
 
 Three LRU caches, each bounded by a number of entries and by bytes (keys and values, counted
 from their arrays and strings; default 64 MiB each): whole batches (256 entries; batches whose
@@ -71,6 +74,12 @@ class LRU:
             while len(self.data) > self.max_entries or self.bytes > self.max_bytes:
                 self.bytes -= self.data.popitem(last=False)[1][1]
 
+    def discard(self, key: Any) -> None:
+        with self._lock:
+            old = self.data.pop(key, None)
+            if old is not None:
+                self.bytes -= old[1]
+
     def clear(self) -> None:
         with self._lock:
             self.data.clear()
@@ -112,6 +121,18 @@ def set_cache(enabled: bool = True, *, max_batches: int | None = None,
                                      old.max_bytes if max_bytes is None else int(max_bytes)))
     if not enabled:
         clear_cache()
+
+
+def sealed_batch(key: Any) -> Any:
+    """The batch cached under ``key`` while it still holds what the linearizer sealed in it;
+    one a caller has tampered with (a field swapped behind the frozen dataclass, an array made
+    writable) is dropped, so the next call builds it again: a call trusts a sealed batch
+    without validating it."""
+    hit = STATE.batches.get(key)
+    if hit is not None and not hit._is_sealed():  # noqa: SLF001 - the linearizer's own seal
+        STATE.batches.discard(key)
+        return None
+    return hit
 
 
 def clear_cache() -> None:

@@ -27,6 +27,7 @@ import numpy as np
 from .structure import INDEX_DTYPE, LinearizedBatch
 from . import forms
 from . import assemble as _asm
+from . import cache as _cache
 from .assemble import Origin
 from .limits import check_size
 from .parts import PathKeys, id_key
@@ -213,10 +214,17 @@ def _native_batch(raw: bytes, r: int, k: int, vocab_size: Any) -> LinearizedBatc
         labels=None)
 
 
-def nested_batch(items: list[Any], arity: Any, vocab_size: Any) -> LinearizedBatch | None:
+def nested_batch(items: list[Any], arity: Any, vocab_size: Any,
+                 cache: bool = False) -> LinearizedBatch | None:
     """The batch, when ``items`` are nested tuples/lists whose leaves are non-negative int
     tokens (below ``vocab_size`` when given), with ``arity`` children on every internal node
     when given; None otherwise (strings, other objects, errors: the general path).
+
+    ``cache``: look the batch up in the batch cache first (and store it there), keyed by the
+    marshal records below with ``arity`` and ``vocab_size``: the batch's whole content (every
+    container's type and child count, every token), so a batch of the same trees, in the same
+    tuples or lists, gets the same sealed, read-only batch without building it again; a
+    changed token or node is another key.
 
     ``marshal.dumps(items, 2)`` walks the batch in C and accepts only the exact built-in types
     (a subclass -- a namedtuple, an IntEnum, bool -- is unmarshallable or has another record
@@ -233,6 +241,19 @@ def nested_batch(items: list[Any], arity: Any, vocab_size: Any) -> LinearizedBat
         return None
     if len(raw) % 5:
         return None
+    if not cache or len(raw) > _cache.MAX_KEY_BYTES:
+        return _records_batch(raw, arity, vocab_size)
+    key = ("nested", raw, arity, vocab_size)
+    out = _cache.sealed_batch(key)
+    if out is None:
+        out = _records_batch(raw, arity, vocab_size)
+        if out is not None:
+            _cache.STATE.batches.put(key, out, _cache.key_size(key) + _cache.nbytes(out))
+    return out
+
+
+def _records_batch(raw: bytes, arity: Any, vocab_size: Any) -> LinearizedBatch | None:
+    """:func:`nested_batch` from the batch's marshal records."""
     if _native_fill is not None and arity is not None and len(raw) > 5:
         out = _native_batch(raw, len(raw) // 5, int(arity), vocab_size)
         if out is not None:

@@ -19,9 +19,10 @@ edge's child id ``child_ids[e]``.
 Inlining everything would recompute expensive values (anything containing a reduction) once per
 element of every consumer, so some values are *materialized*:
 
-* with ``fuse=True`` (per-node fusion), only an expensive value (or a state) that a reduction
-  reads at a varying index (the vector of a GEMV, an operand of a matmul, a node value read per
-  child edge), and an expensive value that two loop nests would otherwise both recompute. Everything else of
+* with ``fuse=True`` (per-node fusion), only an expensive value (or a state, or a value that
+  computes a sigmoid or tanh of node values) that a reduction reads at a varying index (the
+  vector of a GEMV, an operand of a matmul, a node value read per child edge), and an
+  expensive value that two loop nests would otherwise both recompute. Everything else of
   the same shape is computed in one nest per (depth, domain, shape), with ``Let`` bindings for the
   values it reuses: the stacked gate GEMV, its bias and the elementwise epilogue of a TreeLSTM
   are one loop over the hidden units, with no temporaries beyond the node states.
@@ -49,6 +50,9 @@ class LoweringError(ValueError):
 
 TRIVIAL_OPS = ("param", "const", "input", "child_input", "child_state", "slice", "concat", "embedding")
 EXPENSIVE_OPS = REDUCING_OPS
+#: Elementwise ops that cost an ``exp`` (a polynomial and a division) per element: a reduction's
+#: vector operand computing one is materialized, not recomputed for every output element.
+TRANSCENDENTAL_OPS = ("sigmoid", "tanh")
 
 
 class NameGen:
@@ -150,6 +154,21 @@ class CaseLowering:
         memo[vid] = r
         return r
 
+    def _transcendental(self, vid: int) -> bool:
+        """Does the element function of ``vid`` evaluate a sigmoid or tanh of node values
+        (through inlined values)?"""
+        stack, seen = [vid], set()
+        while stack:
+            a = stack.pop()
+            v = self.vals[a]
+            if a in seen or v.domain == "invariant" or (a != vid and a in self.materialized):
+                continue
+            seen.add(a)
+            if v.op in TRANSCENDENTAL_OPS:
+                return True
+            stack.extend(v.args)
+        return False
+
     def _deps(self, vid: int) -> set[int]:
         """Materialized values the element function of ``vid`` reads (through inlined values)."""
         out: set[int] = set()
@@ -187,8 +206,12 @@ class CaseLowering:
                 v = self.vals[vid]
                 # a state a reduction reads (a refactored node's projection of its own state) is
                 # stored anyway: read it back rather than recompute its epilogue per element
+                # so is one that computes a sigmoid or tanh of node values without a reduction
+                # (TreeGRU's level-1 ``r * h_k``, its reset gate read from tables): inlined, the
+                # GEMV over it would evaluate it once per output element
                 if v.domain != "invariant" and vid in self.reduced_operand and (
-                        self._expensive(vid, {}) or vid in self.state_of):
+                        self._expensive(vid, {}) or vid in self.state_of
+                        or self._transcendental(vid)):
                     self.materialized.add(vid)
             while True:
                 nests = self._nests()

@@ -12,8 +12,11 @@ i))``, and a linear map of it is itself a table (``embed_linear``, as ``hoist_in
 for the leaves' own projection): the stacked gate GEMV ``U_i h_i`` of a level-1 node becomes one
 row read. In a binary parse tree about a third of the internal nodes are on level 1.
 
-It is applied only when it removes every GEMV on a child state (otherwise the level-1 nodes
-would still do the expensive part, now reading tables), for fixed arity >= 2 (a chain's level 1
+It is applied only when it removes at least half of the multiply-adds of the GEMVs on child
+states (otherwise the level-1 nodes would still do the expensive part, now reading tables): all
+of them where every child state is tabulated (TreeLSTM, TreeFC), two thirds in TreeGRU, whose
+reset-gate and update-gate GEMVs become table rows while the candidate's ``U_n (r * h_k)``
+stays a GEMV (``r`` depends on both children); for fixed arity >= 2 (a chain's level 1
 is one node per sequence: not worth a table), and when each new table has at most
 ``max_table_elements`` entries (the same limit as ``hoist_invariant``: by default 2**24, 64 MiB in
 float32; the ``max_table_mib`` compile option sets it, and its default is 128 MiB where the
@@ -64,8 +67,8 @@ def preterminal(graph: RecursiveGraph, max_table_elements: int = DEFAULT_MAX_TAB
         rw.remap[v.id] = rw.emit("embedding", (table, ids))
     # a linear map of a leaf-state row is a table as well: hoisting's rewrite, on this case only
     case = hoist_case(graph, rw.finish(), specs, derived, max_table_elements)
-    if any(v.op in REDUCING_OPS and _reads_node_values(v, case) for v in _live(case)):
-        return graph  # a child state still feeds a GEMV: level 1 would not get cheaper
+    if 2 * _gemv_work(case) > _gemv_work(internal):
+        return graph  # child states still feed most of the GEMVs: level 1 would not get cheaper
     return replace(graph, cases=graph.cases + (case,), derived=tuple(derived))
 
 
@@ -75,6 +78,15 @@ def _live(case: Case) -> list[Value]:
     return [v for v in case.values if v.id in live]
 
 
-def _reads_node_values(v: Value, case: Case) -> bool:
+def _gemv_work(case: Case) -> int:
+    """Multiply-adds per node of the case's live reductions over node values (a GEMV on a
+    child state, a product with one), the work the tables take off level 1."""
     vmap = case.value_map()
-    return any(vmap[a].domain != "invariant" for a in v.args)
+    work = 0
+    for v in _live(case):
+        args = [vmap[a] for a in v.args]
+        if v.op in REDUCING_OPS and any(a.domain != "invariant" for a in args):
+            # the output's elements times the contracted length (a child count for a sum)
+            contracted = args[0].shape[-1] if v.op in ("linear", "matmul") and args[0].shape else 2
+            work += math.prod(v.shape) * contracted
+    return work

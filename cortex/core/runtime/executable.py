@@ -16,7 +16,9 @@ call only
    and temp buffers from the executable's pool (allocated on the first call of each shape,
    reused by every later call of that shape: steady-state calls allocate no device memory),
    launches the compiled artifact once, synchronizes and fetches the outputs into fresh host
-   arrays (``runtime.fetch``; results never alias the pool);
+   arrays (``runtime.fetch``; results never alias the pool). On a host runtime the output
+   buffers themselves are handed to the caller, and a later call writes one again only once
+   nobody holds it (:mod:`~cortex.core.runtime.handover`): no copy;
 4. turns the output buffers into per-node states (``Lowered.states``; a state the schedule laid
    out in node blocks is converted back to row-major ``[N, *shape]``) wrapped in
    :class:`~cortex.core.runtime.outputs.Outputs`.
@@ -58,6 +60,7 @@ from cortex.core.loopir.interpret import np_dtype
 from cortex.core.lowering.schedule import Schedule
 from cortex.core.lowering.transforms import from_layout
 from cortex.core.plugin.backend import Backend, HostRuntime, Source
+from cortex.core.runtime.handover import HandedBuffer
 from cortex.core.runtime.outputs import Outputs
 
 if TYPE_CHECKING:
@@ -171,6 +174,7 @@ class Executable:
         self._pool_key: tuple[int, ...] | None = None
         self._pool_args: tuple[tuple[int, Any], ...] = ()
         self._fetch_args: tuple[tuple[str, int, tuple[int, ...], np.dtype], ...] = ()
+        self._handed: tuple[HandedBuffer, ...] = ()  # the output buffers calls hand out
         self._lock = threading.Lock()  # the pool is shared: calls from several threads queue
 
     def _install_params(self, prepared: Mapping[str, np.ndarray], tables: "TokenTables | None",
@@ -350,6 +354,11 @@ class Executable:
             self._resolve_pool(key, sizes)
         for i, buf in self._pool_args:
             args[i] = buf
+        handed = self._handed
+        if handed:
+            allocate = runtime.allocate
+            for h in handed:
+                args[h.slot] = h.take(allocate)
         args += key
         runtime.launch(self.artifact, tuple(args))
         runtime.synchronize()
@@ -358,6 +367,12 @@ class Executable:
             states = {st: args[i].copy() for st, i, _, _ in self._fetch_args}
         else:
             states = {st: fetch(args[i], shape, dtype) for st, i, shape, dtype in self._fetch_args}
+        if handed:
+            del args  # the call's own references: ``hand_out`` counts the executable's
+            for h in handed:
+                states[h.state] = h.hand_out()
+            if len(handed) < len(self._fetched):  # the states in their order
+                states = {st: states[st] for st, _ in self._fetched}
         for st, layout in self._relayout:
             states[st] = from_layout(states[st], layout, rows=sizes["N"])
         self.calls += 1
@@ -368,17 +383,33 @@ class Executable:
         """The pooled buffers for ``sizes``: each kept while its shape repeats, else allocated."""
         runtime = self.backend.runtime
         self._pool_key = None  # stays unset if an allocation below fails
-        resolved, shapes = [], {}
+        handing = self._handing(runtime)
+        resolved, shapes, handed = [], {}, []
         for i, name, shape_of, dtype in self._pooled:
             shape = shapes[i] = shape_of(sizes)
+            if i in handing:  # a fresh buffer per shape; calls hand it out (``handover``)
+                self._pool.pop(name, None)
+                handed.append(HandedBuffer(i, handing[i], shape, dtype, runtime.allocate(shape, dtype)))
+                continue
             pooled = self._pool.get(name)
             if pooled is None or pooled[0] != shape:
                 pooled = self._pool[name] = (shape, runtime.allocate(shape, dtype))
             resolved.append((i, pooled[1]))
         self._pool_args = tuple(resolved)
+        self._handed = tuple(handed)
         self._fetch_args = tuple((st, i, shapes[i], self._buffers[i][2])
-                                 for st, i in self._fetched)
+                                 for st, i in self._fetched if i not in handing)
         self._pool_key = key
+
+    def _handing(self, runtime: Any) -> dict[int, str]:
+        """The output slots whose buffers calls hand to the caller instead of copying
+        (:mod:`~cortex.core.runtime.handover`), by slot: on a host runtime (its fetch is the
+        host copy), the states kept row-major, each slot fetched once."""
+        if getattr(runtime.fetch, "__func__", None) is not _HOST_FETCH:
+            return {}
+        relaid = {st for st, _ in self._relayout}
+        slots = [i for _, i in self._fetched]
+        return {i: st for st, i in self._fetched if st not in relaid and slots.count(i) == 1}
 
     def __repr__(self) -> str:
         return (f"Executable({self.model_name!r}, target={self.target!r}, dtype={self.dtype}, "
