@@ -500,6 +500,25 @@ def test_handed_out_outputs_are_reused_only_once_dropped():
     assert [id(h.array) for h in exe._handed] == buffers  # noqa: SLF001
 
 
+def test_held_outputs_survive_the_runtime_dropping_its_own_reference():
+    """Whether a handed-out buffer is still held is read off its memory's owner, which only
+    views refer to: a runtime that drops (or takes) references to the launched arrays between
+    calls cannot make a held output look free and have the next call overwrite it."""
+    model = cortex.models.MVRNN(hidden=8, embed=8, vocab=20, dtype="float32", seed=1)
+    exe = cortex.compile(model, target="llvm", threads=2)
+    a, b = [((1, 2), (3, 4))], [((5, 6), (7, 8))]
+    for held in (lambda out: out, lambda out: out.nodes("M")[1:], lambda out: memoryview(out.nodes("M"))):
+        first = exe(a)
+        kept = first.nodes("M").copy()
+        holder = held(first)
+        del first
+        exe.artifact._last[:] = [None] * len(exe.artifact._last)  # noqa: SLF001 - the pointer cache
+        _assert_matches(model, exe(b), "float32", "a call after the cache was dropped")
+        np.testing.assert_array_equal(np.asarray(holder.nodes("M") if hasattr(holder, "nodes") else holder),
+                                      kept[1:] if isinstance(holder, np.ndarray) else kept)
+        del holder
+
+
 def test_jammed_dag_rnn_with_per_node_child_ranges():
     """DAG-RNN sums over CSR children (a range that differs per node) around a GEMV: the
     per-node range must not be shared by the jammed group, nor the GEMV nested inside it."""
