@@ -276,6 +276,7 @@ class CompiledProgram:
         self._leaf_steps = program.host[:forms.leaf_steps(program)]
         self._grouped_args = tuple((i, b.name) for i, b in enumerate(program.buffers)
                                    if b.name in forms.GROUPED_ARRAYS)
+        self._grouped_memo: tuple[Any, ...] | None = None  # (arrays, layout, grouped arrays)
         self.last_form = ""
         self.last_groups = 1  # work-groups of the last call's tree-group launch (1: none)
         self.launches = 0  # kernel launches of the last call
@@ -378,9 +379,9 @@ class CompiledProgram:
         plan = self._plan(buffers, args[nb:])
         layout = None
         if plan.form == "single_group" and self.tree_groups > 1 and self.form == "auto":
-            layout = self._group_trees(buffers)
+            layout, grouped = self._group_call(buffers)
             if layout is not None:
-                buffers = self._grouped_buffers(buffers, layout)
+                buffers = grouped
                 plan = self._plan(buffers, args[nb:], grouped=True)
         queue = self.device.queue
         packed, outs = plan.packed, plan.outs
@@ -428,17 +429,35 @@ class CompiledProgram:
             buffers[i].host = view
             buffers[i].rows = rows
 
-    def _group_trees(self, buffers: tuple[Any, ...]) -> TreeGroups | None:
-        """The call's grouped layout for ``tree_groups`` work-groups, None when a batch is
-        one tree or too small to gain from it (``cortex.core.linearize.groups``)."""
-        arrays = {name: buffers[i].array for i, name in self._grouped_args}
-        return group_trees(arrays["level_offsets"], arrays["child_offsets"], arrays["child_ids"],
-                           self.tree_groups)
-
-    def _grouped_buffers(self, buffers: tuple[Any, ...], layout: TreeGroups) -> tuple[Any, ...]:
-        """``buffers`` with each per-call array in the grouped layout (new host arrays; the
-        caller's stay as they are)."""
+    def _group_call(self, buffers: tuple[Any, ...]) -> tuple[TreeGroups | None, tuple[Any, ...]]:
+        """The call's grouped layout for ``tree_groups`` work-groups and ``buffers`` with each
+        per-call array in it; (None, ``buffers``) when the batch is one tree or too small to
+        gain from it (``cortex.core.linearize.groups``). Kept for the next call while its
+        arrays are the same read-only arrays (a sealed batch run again: nothing can have
+        changed them), so a repeated batch is not regrouped."""
+        arrays = tuple(buffers[i].array for i, _ in self._grouped_args)
+        memo = self._grouped_memo
+        if memo is not None and all(a is b for a, b in zip(memo[0], arrays)):
+            layout, grouped = memo[1], memo[2]
+        else:
+            named = dict(zip((name for _, name in self._grouped_args), arrays))
+            layout = group_trees(named["level_offsets"], named["child_offsets"], named["child_ids"],
+                                 self.tree_groups)
+            grouped = () if layout is None else self._grouped_arrays(buffers, layout)
+            self._grouped_memo = None
+            if not any(a.flags.writeable for a in arrays):
+                self._grouped_memo = (arrays, layout, grouped)
+        if layout is None:
+            return None, buffers
         out = list(buffers)
+        for (i, _), a in zip(self._grouped_args, grouped):
+            out[i] = HostArray(a)
+        return layout, tuple(out)
+
+    def _grouped_arrays(self, buffers: tuple[Any, ...], layout: TreeGroups) -> tuple[np.ndarray, ...]:
+        """Each per-call array of ``buffers`` in the grouped layout (new arrays, made
+        read-only; the caller's stay as they are)."""
+        out = []
         for i, name in self._grouped_args:
             a = buffers[i].array
             if name == "level_offsets":
@@ -451,7 +470,8 @@ class CompiledProgram:
                 a = layout.child_table(a)
             else:  # word_ids, features: one row per node
                 a = layout.node_array(a)
-            out[i] = HostArray(a)
+            a.flags.writeable = False
+            out.append(a)
         return tuple(out)
 
     def _plan(self, buffers: tuple[Any, ...], size_args: tuple[Any, ...],
