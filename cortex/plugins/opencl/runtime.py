@@ -268,15 +268,18 @@ class CompiledProgram:
         self._bound: dict[str, list[Any]] = {}  # per kernel: the arguments it was last given
         self._upload_done: Any = None  # event of the last packed upload (staging is reused)
         self._plans: dict[tuple[Any, ...], _CallPlan] = {}  # per call shape (``_plan``)
-        # the tree-group kernel: its work-groups (the schedule's ``tree_groups``; 1 = none),
-        # the leaf launches it follows, and where the arrays it regroups sit in the arguments
+        # the tree-group kernel: its work-groups (the schedule's ``tree_groups`` where its
+        # ``kernel_form`` is "auto"; 1 = none), the leaf launches it follows, and where the
+        # arrays it regroups sit in the arguments
+        launch = dict(program.launch)
         self.tree_groups = 1
-        if forms.GROUPED_KERNEL in self.kernels and self.has_single:
-            self.tree_groups = int(dict(program.launch).get("tree_groups", 1))
+        if forms.GROUPED_KERNEL in self.kernels and self.has_single and launch.get("kernel_form", "auto") == "auto":
+            self.tree_groups = int(launch.get("tree_groups", 1))
         self._leaf_steps = program.host[:forms.leaf_steps(program)]
         self._grouped_args = tuple((i, b.name) for i, b in enumerate(program.buffers)
                                    if b.name in forms.GROUPED_ARRAYS)
         self._grouped_memo: tuple[Any, ...] | None = None  # (arrays, layout, grouped arrays)
+        self._one_group_sizes: dict[tuple[int, ...], bool] = {}  # ``_one_group``
         self.last_form = ""
         self.last_groups = 1  # work-groups of the last call's tree-group launch (1: none)
         self.launches = 0  # kernel launches of the last call
@@ -376,13 +379,10 @@ class CompiledProgram:
                             f"got {len(args)} arguments")
         buffers = args[:nb]
         _check_handles(p, buffers)
-        plan = self._plan(buffers, args[nb:])
         layout = None
-        if plan.form == "single_group" and self.tree_groups > 1 and self.form == "auto":
-            layout, grouped = self._group_call(buffers)
-            if layout is not None:
-                buffers = grouped
-                plan = self._plan(buffers, args[nb:], grouped=True)
+        if self.tree_groups > 1 and self._one_group(args[nb:]):
+            layout, buffers = self._group_call(buffers)
+        plan = self._plan(buffers, args[nb:], grouped=layout is not None)
         queue = self.device.queue
         packed, outs = plan.packed, plan.outs
         if self._upload_done is not None:
@@ -428,6 +428,21 @@ class CompiledProgram:
         for i, view in plan.read_back:
             buffers[i].host = view
             buffers[i].rows = rows
+
+    def _one_group(self, size_args: tuple[Any, ...]) -> bool:
+        """Would ``form="auto"`` run a call of these sizes as the one-work-group kernel?
+        (Kept per sizes, as the plans are.)"""
+        key = tuple(int(v) for v in size_args)
+        found = self._one_group_sizes.get(key)
+        if found is None:
+            if len(self._one_group_sizes) >= 64:
+                self._one_group_sizes.clear()
+            info = self.device.info
+            sizes = {s.name: v for s, v in zip(self.program.sizes, key)}
+            found = self._one_group_sizes[key] = self.form == "auto" and choose_form(
+                self.form, self.has_single, self.host_ok, sizes, info.compute_units,
+                cpu=info.kind == "CPU", program=self.program) == "single_group"
+        return found
 
     def _group_call(self, buffers: tuple[Any, ...]) -> tuple[TreeGroups | None, tuple[Any, ...]]:
         """The call's grouped layout for ``tree_groups`` work-groups and ``buffers`` with each
