@@ -674,7 +674,8 @@ class OpenCLRuntime(Runtime):
         if buffer.rows is None:
             out[...] = buffer.host
         else:
-            np.take(buffer.host, buffer.rows, axis=0, out=out)
+            # mode="clip": no bounds pass and no buffering of ``out`` (the rows are a permutation)
+            np.take(buffer.host, buffer.rows, axis=0, out=out, mode="clip")
         return out
 
     def launch(self, artifact: Any, args: tuple[Any, ...], **launch_config: Any) -> None:
