@@ -399,3 +399,45 @@ def test_sink_into_selects_keeps_a_let_used_outside_a_branch():
     inner = ir.transform(k.body, lambda n: replace(n, value=per_term) if n is store else None)
     kept = replace(program, kernels=(replace(k, body=inner),))
     assert {n.var for n in ir.walk(forms.sink_into_selects(kept)) if isinstance(n, ir.Let)} == {"c0", "c1", "a"}
+
+
+@pytest.mark.parametrize("name", sorted(BUILDERS))
+def test_tree_group_kernel_on_the_grouped_layout_matches_the_levels(name):
+    """The tree-group kernel after the leaf launches, on the interpreter (its work-groups one
+    after another), over the grouped layout, gives every node the per-level program's state."""
+    from cortex.core.linearize.groups import group_trees
+
+    program, bufs, sizes = _case(name, seed=3)
+    layout = group_trees(bufs["level_offsets"], bufs["child_offsets"], bufs["child_ids"], 2, min_internal=1)
+    assert layout is not None and layout.groups == 2
+    check = verify(forms.grouped_check_program(program))
+    leaves = forms.leaf_steps(program)
+    assert leaves == 1
+    both = replace(check, kernels=program.kernels + check.kernels, host=program.host[:leaves] + check.host)
+    grouped = dict(bufs, level_offsets=layout.level_table.reshape(2, -1), child_offsets=layout.child_offsets,
+                   child_ids=layout.child_ids, child_table=layout.child_table(bufs["child_table"]),
+                   word_ids=layout.node_array(bufs["word_ids"]))
+    got = interpret.run(both, grouped, dict(sizes, cx_groups=2))["h"][layout.rows]
+    np.testing.assert_allclose(got, interpret.run(program, bufs, sizes)["h"], rtol=1e-12, atol=1e-12)
+
+
+def test_tree_group_kernel_reads_the_level_table_by_group_and_walks_levels_serially():
+    program, _, _ = _case("tree_lstm")
+    k = forms.grouped_kernel(program)
+    assert k.params == (forms.GROUPS_PARAM,)
+    assert isinstance(k.body, ir.For) and k.body.kind == "gpu_group" and k.body.stop == ir.Var(forms.GROUPS_PARAM)
+    inner = [n for n in ir.walk(k.body.body) if isinstance(n, ir.For)]
+    assert inner and not any(n.kind == "gpu_group" for n in inner)
+    loads = [n for n in ir.walk(k.body) if isinstance(n, ir.Load) and n.buffer == "level_offsets"]
+    assert loads and all("cx_g" in str(n.index[0]) for n in loads)
+    assert not any(isinstance(n, ir.Barrier) and n.scope == "grid" for n in ir.walk(k.body))
+
+
+def test_tree_group_kernel_is_refused_for_programs_it_cannot_regroup():
+    program, _, _ = _case("tree_lstm")
+    no_leaves = replace(program, host=program.host[1:])
+    with pytest.raises(ValueError, match="leaves launch"):
+        forms.grouped_kernel(no_leaves)
+    extra = replace(program, buffers=program.buffers + (ir.Buffer("unit_nodes", "int32", (ir.Var("N"),), "index"),))
+    with pytest.raises(ValueError, match="unit_nodes"):
+        forms.grouped_kernel(extra)

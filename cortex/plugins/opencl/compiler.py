@@ -102,6 +102,20 @@ def add_single_group(program: ir.Program) -> ir.Program:
         return program
 
 
+def add_tree_groups(program: ir.Program) -> ir.Program:
+    """``program`` with its tree-group kernel (``forms.grouped_kernel``) when the schedule
+    records ``tree_groups`` of at least 2 and the kernel can be derived and verified; else
+    ``program`` (its calls then run as one work-group, as before)."""
+    if int(dict(program.launch).get("tree_groups", 1)) < 2 or forms.needs_single_group(program):
+        return program
+    try:
+        kernel = forms.grouped_kernel(program)
+        verify(forms.grouped_check_program(program))
+    except (ValueError, ir.LoopIRError):
+        return program
+    return replace(program, kernels=program.kernels + (kernel,))
+
+
 class OpenCLRenderer(Renderer):
     """Scheduled LoopProgram -> :class:`OpenCLSource` (per-level kernels + single-group kernel).
 
@@ -127,7 +141,7 @@ class OpenCLRenderer(Renderer):
         shaped = forms.sink_into_selects(forms.to_work_groups(forms.split_phases(program)))
         if self.fast_math:
             shaped = forms.split_reductions(forms.tanh_via_sigmoid(forms.unfused_fma(forms.hoist_guards(shaped))))
-        full = add_single_group(shaped)
+        full = add_tree_groups(add_single_group(shaped))
         if forms.needs_single_group(program):  # its kernels' grid barriers are unusable here
             full = replace(full, kernels=(full.kernel(forms.SINGLE_KERNEL),), host=())
         jammed = any(isinstance(n, ir.Alloc) and n.scope == "private" for k in program.kernels for n in ir.walk(k.body))

@@ -143,6 +143,88 @@ def with_single_group(program: ir.Program) -> ir.Program:
     return replace(program, kernels=program.kernels + (single_group_kernel(program),))
 
 
+#: Name of the tree-group kernel (:func:`grouped_kernel`) and of its group-count parameter.
+GROUPED_KERNEL = "cx_tree_groups"
+GROUPS_PARAM = "cx_groups"
+#: The per-call arrays the grouped layout (``cortex.core.linearize.groups``) knows how to permute.
+GROUPED_ARRAYS = ("level_offsets", "child_offsets", "child_ids", "child_table", "word_ids", "features")
+
+
+def leaf_steps(program: ir.Program) -> int:
+    """How many of ``program``'s first host steps are launches over the leaves alone: kernels
+    that read the leaf count ``NL`` and no level offsets (the leaves kernel, its phases)."""
+    kernels = {k.name: k for k in program.kernels}
+    count = 0
+    for st in program.host:
+        k = kernels.get(st.kernel) if isinstance(st, ir.Launch) else None
+        if k is None or k.params or not _reads(k.body, "NL") or _loads(k.body, "level_offsets"):
+            break
+        count += 1
+    return count
+
+
+def _reads(node: ir.Node, var: str) -> bool:
+    return any(isinstance(n, ir.Var) and n.name == var for n in ir.walk(node))
+
+
+def _loads(node: ir.Node, buffer: str) -> bool:
+    return any(isinstance(n, (ir.Load, ir.Store)) and n.buffer == buffer for n in ir.walk(node))
+
+
+def grouped_kernel(program: ir.Program, table_rows: bool = False) -> ir.Kernel:
+    """The :func:`single_group_kernel` of every host step after the leaves (:func:`leaf_steps`),
+    for a launch of ``cx_groups`` work-groups, work-group ``g`` walking only the levels of its
+    own trees: each ``level_offsets[e]`` reads ``level_offsets[g * (L + 1) + e]`` (the grouped
+    layout's table, ``cortex.core.linearize.groups``) and the work-group loops run serially
+    within the group. Work-group barriers only: no group waits for another. The leaves run
+    before it, in their own launch (their rows are the same in both layouts).
+
+    Raises :class:`ValueError` when the program does not have that shape: no leaf launch, the
+    levels read ``NL``, or a per-call array or a node buffer the grouped layout cannot permute
+    (a buffer of another role that is not ``[N, ...]``, such as a node-blocked state).
+    ``table_rows``: read the table as ``level_offsets[g, e]`` of a ``[groups, L + 1]`` buffer
+    instead (the same element; the form :func:`grouped_check_program` verifies)."""
+    leaves = leaf_steps(program)
+    rest = program.host[leaves:]
+    if not leaves or not rest:
+        raise ValueError("the tree-group kernel needs a leaves launch and levels after it")
+    for b in program.buffers:
+        if b.read_only and b.role != "param" and b.name not in GROUPED_ARRAYS:
+            raise ValueError(f"the grouped layout does not permute per-call array {b.name!r}")
+        if not b.read_only and (not b.shape or b.shape[0] != ir.Var("N")):
+            raise ValueError(f"buffer {b.name!r} is not one row per node")
+    single = single_group_kernel(replace(program, host=rest))
+    if _reads(single.body, "NL"):
+        raise ValueError("the levels read the leaf count NL, which differs per group")
+    g = ir.Var("cx_g")
+    base = g * (ir.Var("L") + 1)
+
+    def f(n: ir.Node) -> ir.Node | None:  # bottom-up: children are rewritten already
+        if isinstance(n, ir.For) and n.kind == "gpu_group":
+            return replace(n, kind="serial")
+        if isinstance(n, ir.Load) and n.buffer == "level_offsets":
+            return replace(n, index=(g, n.index[0]) if table_rows else (base + n.index[0],))
+        return None
+
+    body = ir.transform(single.body, f)
+    loop = ir.For("cx_g", ir.Const(0, ir.INT), ir.Var(GROUPS_PARAM), body, "gpu_group")
+    return ir.Kernel(GROUPED_KERNEL, (GROUPS_PARAM,), loop, single.threads_per_group)
+
+
+def grouped_check_program(program: ir.Program) -> ir.Program:
+    """``program`` reduced to one launch of :func:`grouped_kernel` (reading the table by rows),
+    the group count a size and ``level_offsets`` the ``[cx_groups, L + 1]`` table (values in
+    ``[0, N]``, non-decreasing along a row), for the verifier: every index the kernel reads is
+    then proved in range."""
+    kernel = grouped_kernel(program, table_rows=True)
+    sizes = program.sizes + (ir.Size(GROUPS_PARAM, lo=1),)
+    groups = ir.Var(GROUPS_PARAM)
+    buffers = tuple(replace(b, shape=(groups, ir.Var("L") + 1)) if b.name == "level_offsets" else b
+                    for b in program.buffers)
+    return replace(program, sizes=sizes, buffers=buffers, kernels=(replace(kernel, params=()),),
+                   host=(ir.Launch(kernel.name),))
+
+
 def needs_single_group(program: ir.Program) -> bool:
     """True when the host steps alone cannot run ``program`` here: a kernel waits on a grid
     barrier, which OpenCL only has in the one-work-group launch."""

@@ -27,7 +27,13 @@ runs one call at a time (it owns its pools); use one executable per thread.
 Execution shape per call (:func:`choose_form`): the host steps (one launch per level, work-groups
 over the nodes of the level and work-items over hidden units), or — for small inputs, where
 per-launch overhead dominates — the single-work-group kernel from ``forms`` that runs every
-level in one launch with work-group barriers between levels.
+level in one launch with work-group barriers between levels. A small batch of several trees,
+where the program has the tree-group kernel (``forms.grouped_kernel``; the schedule's
+``tree_groups`` launch setting, from ``Capabilities.independent_groups``), runs as "tree_groups"
+instead: the call's index arrays are put in the grouped layout
+(``cortex.core.linearize.groups``), the leaves run in their own launch over every compute unit,
+then ONE launch of that many work-groups walks the levels, each group only its own trees; the
+outputs are read back in the grouped order and put back in the caller's order on the host.
 """
 
 from __future__ import annotations
@@ -40,14 +46,19 @@ import numpy as np
 
 from cortex.core import loopir as ir
 from cortex.core.errors import CortexError
+from cortex.core.linearize.groups import TreeGroups, group_trees
 from cortex.core.loopir.interpret import eval_shape, np_dtype
 from cortex.core.plugin.backend import Runtime, check_index_values
 from cortex.plugins.opencl import forms
 from cortex.plugins.opencl.device import Device
 
 #: ``form`` values: "auto" follows the schedule (``kernel_form`` and ``single_group_nodes``,
-#: recorded in ``Program.launch``); the others force one shape.
+#: recorded in ``Program.launch``); the others force one shape ("single_group": exactly one
+#: work-group). Where "auto" picks the one-work-group kernel, a batch of several trees runs as
+#: tree groups when the program has that kernel (``CompiledProgram.tree_groups``).
 FORMS = ("auto", "per_level", "single_group")
+#: Batches of at most this many nodes warm up the tree-group kernel (``warmup_nodes``).
+TREE_GROUP_WARMUP_NODES = 128
 #: The size threshold of a program that records none (one not made by ``cortex.compile``): the
 #: schedule's default rule for ``single_group_nodes`` (``cortex.core.lowering.schedule_knobs``).
 FALLBACK_NODES_PER_TWO_UNITS = 256
@@ -79,6 +90,14 @@ class Allocation:
     shape: tuple[int, ...]
     dtype: np.dtype
     host: np.ndarray | None = None
+    # the caller's row order of ``host`` when the call ran in the grouped layout: row ``v`` is
+    # ``host[rows[v]]`` (None: ``host`` is in the caller's order)
+    rows: np.ndarray | None = None
+
+    def rows_in_order(self) -> np.ndarray:
+        """``host`` in the caller's node order (a view when it is already)."""
+        assert self.host is not None
+        return self.host if self.rows is None else self.host[self.rows]
 
 
 def _human(n: int) -> str:
@@ -249,7 +268,20 @@ class CompiledProgram:
         self._bound: dict[str, list[Any]] = {}  # per kernel: the arguments it was last given
         self._upload_done: Any = None  # event of the last packed upload (staging is reused)
         self._plans: dict[tuple[Any, ...], _CallPlan] = {}  # per call shape (``_plan``)
+        # the tree-group kernel: its work-groups (the schedule's ``tree_groups`` where its
+        # ``kernel_form`` is "auto"; 1 = none), the leaf launches it follows, and where the
+        # arrays it regroups sit in the arguments
+        launch = dict(program.launch)
+        self.tree_groups = 1
+        if forms.GROUPED_KERNEL in self.kernels and self.has_single and launch.get("kernel_form", "auto") == "auto":
+            self.tree_groups = int(launch.get("tree_groups", 1))
+        self._leaf_steps = program.host[:forms.leaf_steps(program)]
+        self._grouped_args = tuple((i, b.name) for i, b in enumerate(program.buffers)
+                                   if b.name in forms.GROUPED_ARRAYS)
+        self._grouped_memo: tuple[Any, ...] | None = None  # (arrays, layout, grouped arrays)
+        self._one_group_sizes: dict[tuple[int, ...], bool] = {}  # ``_one_group``
         self.last_form = ""
+        self.last_groups = 1  # work-groups of the last call's tree-group launch (1: none)
         self.launches = 0  # kernel launches of the last call
 
     @property
@@ -258,7 +290,8 @@ class CompiledProgram:
         ``Executable.warmup``: PoCL and other drivers build a kernel at its first launch."""
         info = self.device.info
         limit = single_group_limit(self.program, info.compute_units, info.kind == "CPU")
-        return (1, limit + 1) if self.has_single and self.host_ok else (1,)
+        grouped = (TREE_GROUP_WARMUP_NODES,) if self.tree_groups > 1 and TREE_GROUP_WARMUP_NODES <= limit else ()
+        return (1, *grouped, limit + 1) if self.has_single and self.host_ok else (1,)
 
     # ------------------------------------------------------------------ launch sizes
     def local_size(self, name: str) -> int:
@@ -322,10 +355,10 @@ class CompiledProgram:
                 continue
             given = buffers.get(name)
             if isinstance(given, np.ndarray) and given.shape == h.shape and given.dtype == h.dtype:
-                given[...] = h.host
+                given[...] = h.rows_in_order()
                 out[name] = given
             else:
-                out[name] = h.host.copy()
+                out[name] = h.rows_in_order().copy()
         return out
 
     def _shapes(self, sizes: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
@@ -346,7 +379,10 @@ class CompiledProgram:
                             f"got {len(args)} arguments")
         buffers = args[:nb]
         _check_handles(p, buffers)
-        plan = self._plan(buffers, args[nb:])
+        layout = None
+        if self.tree_groups > 1 and self._one_group(args[nb:]):
+            layout, buffers = self._group_call(buffers)
+        plan = self._plan(buffers, args[nb:], grouped=layout is not None)
         queue = self.device.queue
         packed, outs = plan.packed, plan.outs
         if self._upload_done is not None:
@@ -367,8 +403,13 @@ class CompiledProgram:
                                                     is_blocking=False)
             self.launches = 0
             self.last_form = plan.form
+            self.last_groups = 1 if layout is None else layout.groups
             if plan.form == "single_group":
                 self._enqueue(forms.SINGLE_KERNEL, device_args, (), 1)
+            elif plan.form == "tree_groups":
+                assert layout is not None
+                self._host_steps(self._leaf_steps, dict(plan.sizes), device_args, {})
+                self._enqueue(forms.GROUPED_KERNEL, device_args, (layout.groups,), layout.groups)
             else:
                 host_index = {p.buffers[i].name: buffers[i].array for i, _, _ in plan.staged}
                 self._host_steps(p.host, dict(plan.sizes), device_args, host_index)
@@ -383,25 +424,90 @@ class CompiledProgram:
                     "Try a smaller batch, work_group_size, or a schedule without local-memory caches"
                 ) from None
             raise OpenCLLaunchError(f"OpenCL failed running {p.name} on {self.device.info.label}: {exc}") from None
+        rows = None if layout is None else layout.rows
         for i, view in plan.read_back:
             buffers[i].host = view
+            buffers[i].rows = rows
 
-    def _plan(self, buffers: tuple[Any, ...], size_args: tuple[Any, ...]) -> "_CallPlan":
+    def _one_group(self, size_args: tuple[Any, ...]) -> bool:
+        """Would ``form="auto"`` run a call of these sizes as the one-work-group kernel?
+        (Kept per sizes, as the plans are.)"""
+        key = tuple(int(v) for v in size_args)
+        found = self._one_group_sizes.get(key)
+        if found is None:
+            if len(self._one_group_sizes) >= 64:
+                self._one_group_sizes.clear()
+            info = self.device.info
+            sizes = {s.name: v for s, v in zip(self.program.sizes, key)}
+            found = self._one_group_sizes[key] = self.form == "auto" and choose_form(
+                self.form, self.has_single, self.host_ok, sizes, info.compute_units,
+                cpu=info.kind == "CPU", program=self.program) == "single_group"
+        return found
+
+    def _group_call(self, buffers: tuple[Any, ...]) -> tuple[TreeGroups | None, tuple[Any, ...]]:
+        """The call's grouped layout for ``tree_groups`` work-groups and ``buffers`` with each
+        per-call array in it; (None, ``buffers``) when the batch is one tree or too small to
+        gain from it (``cortex.core.linearize.groups``). Kept for the next call while its
+        arrays are the same read-only arrays (a sealed batch run again: nothing can have
+        changed them), so a repeated batch is not regrouped."""
+        arrays = tuple(buffers[i].array for i, _ in self._grouped_args)
+        memo = self._grouped_memo
+        if memo is not None and all(a is b for a, b in zip(memo[0], arrays)):
+            layout, grouped = memo[1], memo[2]
+        else:
+            named = dict(zip((name for _, name in self._grouped_args), arrays))
+            layout = group_trees(named["level_offsets"], named["child_offsets"], named["child_ids"],
+                                 self.tree_groups)
+            grouped = () if layout is None else self._grouped_arrays(buffers, layout)
+            self._grouped_memo = None
+            if not any(a.flags.writeable for a in arrays):
+                self._grouped_memo = (arrays, layout, grouped)
+        if layout is None:
+            return None, buffers
+        out = list(buffers)
+        for (i, _), a in zip(self._grouped_args, grouped):
+            out[i] = HostArray(a)
+        return layout, tuple(out)
+
+    def _grouped_arrays(self, buffers: tuple[Any, ...], layout: TreeGroups) -> tuple[np.ndarray, ...]:
+        """Each per-call array of ``buffers`` in the grouped layout (new arrays, made
+        read-only; the caller's stay as they are)."""
+        out = []
+        for i, name in self._grouped_args:
+            a = buffers[i].array
+            if name == "level_offsets":
+                a = layout.level_table
+            elif name == "child_offsets":
+                a = layout.child_offsets
+            elif name == "child_ids":
+                a = layout.child_ids
+            elif name == "child_table":
+                a = layout.child_table(a)
+            else:  # word_ids, features: one row per node
+                a = layout.node_array(a)
+            a.flags.writeable = False
+            out.append(a)
+        return tuple(out)
+
+    def _plan(self, buffers: tuple[Any, ...], size_args: tuple[Any, ...],
+              grouped: bool = False) -> "_CallPlan":
         """The call's layout (packed inputs, output and temporary pools, their sub-buffers,
-        the execution form), kept per sizes and array sizes: a repeated shape of input costs a
-        dictionary look-up, not a walk over every buffer. A pool that grows drops every plan
-        (their sub-buffers are of the old one)."""
+        the execution form), kept per sizes, array sizes and whether the arrays are in the
+        grouped layout (its level table is longer, its form "tree_groups"): a repeated shape of
+        input costs a dictionary look-up, not a walk over every buffer. A pool that grows drops
+        every plan (their sub-buffers are of the old one)."""
         key = (tuple(int(v) for v in size_args),
-               tuple(a.array.nbytes if isinstance(a, HostArray) else a.shape for a in buffers))
+               tuple(a.array.nbytes if isinstance(a, HostArray) else a.shape for a in buffers), grouped)
         plan = self._plans.get(key)
         if plan is None:
             if len(self._plans) >= 64:
                 self._plans.clear()
-            plan = self._make_plan(buffers, key[0])  # drops every plan if a pool grows
+            plan = self._make_plan(buffers, key[0], grouped)  # drops every plan if a pool grows
             self._plans[key] = plan
         return plan
 
-    def _make_plan(self, buffers: tuple[Any, ...], size_values: tuple[int, ...]) -> "_CallPlan":
+    def _make_plan(self, buffers: tuple[Any, ...], size_values: tuple[int, ...],
+                   grouped: bool = False) -> "_CallPlan":
         p = self.program
         sizes = {s.name: v for s, v in zip(p.sizes, size_values)}
         align = self.align
@@ -444,8 +550,9 @@ class CompiledProgram:
                 device_args.append(self._temps.sub(temps.offsets[b.name], temps.sizes[b.name]))
         device_args += [np.int32(v) for v in size_values]
         info = self.device.info
-        form = choose_form(self.form, self.has_single, self.host_ok, sizes, info.compute_units,
-                           cpu=info.kind == "CPU", program=p)
+        form = "tree_groups" if grouped else choose_form(
+            self.form, self.has_single, self.host_ok, sizes, info.compute_units,
+            cpu=info.kind == "CPU", program=p)
         return _CallPlan(sizes, packed, outs, tuple(staged), tuple(params), tuple(read_back),
                          device_args, form)
 
@@ -564,7 +671,11 @@ class OpenCLRuntime(Runtime):
         if not isinstance(buffer, Allocation) or buffer.host is None:
             raise TypeError("download takes an output buffer of a finished launch "
                             "(allocate, launch, synchronize, then download)")
-        out[...] = buffer.host
+        if buffer.rows is None:
+            out[...] = buffer.host
+        else:
+            # mode="clip": no bounds pass and no buffering of ``out`` (the rows are a permutation)
+            np.take(buffer.host, buffer.rows, axis=0, out=out, mode="clip")
         return out
 
     def launch(self, artifact: Any, args: tuple[Any, ...], **launch_config: Any) -> None:
