@@ -58,7 +58,7 @@ COMPILED: dict[str, tuple] = {}
 def _executables(name: str):
     if name not in COMPILED:
         model = build_model(GroupKey(name, 8, None, 7, 0))
-        grouped = cortex.compile(model, target="opencl")
+        grouped = cortex.compile(model, target="opencl", tree_groups=2)
         one = cortex.compile(model, target="opencl", form="single_group")
         COMPILED[name] = (model, grouped, one, cortex.compile(model, target="numpy", dtype="float64"))
     return COMPILED[name]
@@ -95,9 +95,26 @@ def test_a_node_blocked_state_keeps_one_work_group():
     """The grouped layout permutes rows; a state laid out in node blocks is not rows, so such
     a program gets no tree-group kernel and runs, correctly, as one work-group."""
     model, _, one, _ = _executables("TreeLSTM")
-    exe = cortex.compile(model, target="opencl", schedule={"state_layout": "node_blocked"})
+    exe = cortex.compile(model, target="opencl", tree_groups=2, schedule={"state_layout": "node_blocked"})
     assert forms.GROUPED_KERNEL not in exe.artifact.kernels
     batch = exe.linearize(BATCHES["TreeLSTM"][2])
     got = exe.run(batch)
     assert exe.artifact.last_groups == 1
     np.testing.assert_allclose(got.nodes("h"), one.run(batch).nodes("h"), rtol=1e-5, atol=1e-6)
+
+
+def test_tree_groups_are_an_option_off_by_default():
+    """``tree_groups``: 1 (the default) keeps one work-group and builds no second kernel; 0 takes
+    the device's compute units; anything else out of range is refused by name."""
+    from cortex.plugins.opencl.device import device_for
+
+    model, _, _, _ = _executables("TreeLSTM")
+    default = cortex.compile(model, target="opencl")
+    assert default.backend.capabilities.independent_groups == 1
+    assert forms.GROUPED_KERNEL not in default.artifact.kernels
+    default.run(default.linearize(BATCHES["TreeLSTM"][2]))
+    assert default.artifact.last_groups == 1
+    units = cortex.compile(model, target="opencl", tree_groups=0).backend.capabilities.independent_groups
+    assert units == max(1, device_for("").info.compute_units)
+    with pytest.raises(ValueError, match="tree_groups"):
+        cortex.compile(model, target="opencl", tree_groups=-1)

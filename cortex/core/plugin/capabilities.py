@@ -58,8 +58,9 @@ class Capabilities:
     # the code generator's team can claim a parallel loop's iterations at run time (the loop
     # annotation "dynamic", the ``level_split`` knob) instead of one fixed chunk per thread
     dynamic_split: bool = False
-    # work-groups the single-group form can run in one launch, each walking the levels of its
-    # own trees of the batch (no barrier across them: ``cortex.core.linearize.groups``); 1 = one
+    # work-groups the single-group form runs in one launch, each walking the levels of its own
+    # trees of the batch (no barrier across them: ``cortex.core.linearize.groups``); 1 = one
+    # (the opencl target's ``tree_groups`` option sets it)
     independent_groups: int = 1
 
     def vector_lanes(self, itemsize: int) -> int:

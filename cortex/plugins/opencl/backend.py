@@ -2,13 +2,14 @@
 
 Pipeline position: ``cortex.compile(model, target="opencl", ...)`` calls
 :func:`create_backend` with the target's resolved options (``device``, ``work_group_size``,
-``form``); the scheduler reads the capabilities of the chosen device, the renderer emits
+``form``, ``fast_math``, ``tree_groups``: the work-groups of ``Capabilities.independent_groups``); the scheduler reads the capabilities of the chosen device, the renderer emits
 OpenCL C through the core's C-family renderer, the compiler builds it with pyopencl (cached),
 and the runtime runs it (see ``runtime`` for buffers and launches).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Mapping
 
 from cortex.core.plugin.backend import Backend
@@ -20,6 +21,8 @@ from cortex.plugins.opencl.runtime import OpenCLRuntime
 def create_backend(options: Mapping[str, Any]) -> Backend:
     device = device_for(str(options.get("device", "")))
     info = device.info
+    groups = int(options.get("tree_groups", 1))
+    caps = replace(capabilities(info), independent_groups=max(1, info.compute_units) if groups == 0 else groups)
     renderer = OpenCLRenderer(fast_math=bool(options.get("fast_math", True)), float_lanes=info.native_float_lanes,
                               clang_cpu=info.kind == "CPU" and "portable computing language" in info.platform.lower())
-    return Backend(capabilities(device.info), renderer, OpenCLCompiler(device), OpenCLRuntime(device))
+    return Backend(caps, renderer, OpenCLCompiler(device), OpenCLRuntime(device))

@@ -224,7 +224,6 @@ def capabilities(info: DeviceInfo) -> Capabilities:
             single_call=False,
             single_group_form=True,
             preferred=CPU_PREFERRED,
-            independent_groups=max(1, info.compute_units),
         )
     return Capabilities(
         has_grid=True,
