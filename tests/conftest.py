@@ -51,6 +51,12 @@ def pytest_configure(config: pytest.Config) -> None:
         "hook(name): the test exercises the plugin hook spec `name` "
         "(checked by tests/core/test_hookspecs_documented.py)",
     )
+    config.addinivalue_line(
+        "markers",
+        "alone: the test times something against the machine's other load, so it runs in a "
+        "pytest run of its own, not beside other test workers (the README's test command: "
+        "`-m 'not alone'` with `-n auto`, then `-m alone`)",
+    )
 
 
 class _WithoutAmbientEntryPoints:

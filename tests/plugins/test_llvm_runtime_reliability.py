@@ -117,6 +117,7 @@ def test_idle_executables_burn_no_cpu():
     assert out["cores"] < 4 * 0.005, f"idle executables used {out['cores']:.3%} of a core"
 
 
+@pytest.mark.alone
 def test_an_idle_executable_does_not_slow_a_numpy_matmul():
     """1024^2 matmuls timed with an idle executable alive and without, interleaved: the best
     times within 1.3x (a spinning worker takes a BLAS thread's core every time; other load on
