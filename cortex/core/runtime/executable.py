@@ -368,7 +368,6 @@ class Executable:
         else:
             states = {st: fetch(args[i], shape, dtype) for st, i, shape, dtype in self._fetch_args}
         if handed:
-            del args  # the call's own references: ``hand_out`` counts the executable's
             for h in handed:
                 states[h.state] = h.hand_out()
             if len(handed) < len(self._fetched):  # the states in their order
