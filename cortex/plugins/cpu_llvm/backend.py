@@ -29,6 +29,7 @@ from cortex.core.plugin.backend import Backend, Compiler, HostRuntime, Renderer,
 from cortex.core.plugin.capabilities import Capabilities
 from cortex.core.diskcache import DiskCache
 from cortex.plugins.cpu_llvm import codegen, native_linearize
+from cortex.plugins.cpu_llvm.amx import amx_available
 from cortex.plugins.cpu_llvm.jit import cpu_info
 from cortex.plugins.cpu_llvm.runtime import CompiledProgram, usable_cpus
 
@@ -76,7 +77,10 @@ def capabilities(options: Mapping[str, Any]) -> Capabilities:
         vector_bits=bits, vector_registers=32 if bits >= 512 else 16,
         supports_fp64=True, dialect="", single_call=True, prefetch=True, preferred=PREFERRED,
         weight_storage=("bfloat16",),  # kernel.widen: i16 loads widened to float32
-        bf16_dot=("widen", "pairs"),  # bfloat16_pairs storage: kernel.pair_load
+        # bfloat16_pairs storage: kernel.pair_load; "amx": amx_gemv, where this process may run
+        # AMX tiles on the host CPU (asked once per process; never offered for another CPU)
+        bf16_dot=("widen", "pairs") + (("amx",) if options.get("cpu", "host") == "host"
+                                       and amx_available()[0] else ()),
         dynamic_split=True,  # kernel.claimed_loop
     )
 
