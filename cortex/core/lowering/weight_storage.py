@@ -68,8 +68,8 @@ def store_weights(lowered: "Lowered", weights: str) -> "Lowered":
     launch = lowered.program.launch
     if lowered.schedule.bf16_dot == "amx" and "bfloat16_pairs" in formats.values():
         launch += (("bf16_dot", "amx"),)  # the code generator multiplies the pairs on AMX tiles
-        notes += ("bf16_dot=amx: jammed GEMVs over the pairs matrices on AMX tiles (activations "
-                  "rounded to bfloat16)",)
+        notes += ("bf16_dot=amx: the jammed GEMVs over the pairs matrices on AMX tiles where the code "
+                  "generator finds them (activations rounded to bfloat16)",)
     return replace(lowered, program=replace(lowered.program, buffers=buffers, launch=launch),
                    notes=lowered.notes + (notes or (f"weights: no weight matrix to store as {weights}",)))
 

@@ -41,3 +41,14 @@ def amx_available() -> tuple[bool, str]:
     if rc != 0:
         return False, f"the kernel refused the AMX tile state (arch_prctl errno {ctypes.get_errno()})"
     return True, ""
+
+
+def require_amx(what: str) -> None:
+    """Raise :class:`~cortex.plugins.cpu_llvm.jit.LLVMBackendError` unless this process may run
+    AMX tiles (``what``: the code that needs them): code with tile instructions is never run
+    where they would fault (a program rendered, cached or saved elsewhere)."""
+    ok, why = amx_available()
+    if not ok:
+        from cortex.plugins.cpu_llvm.jit import LLVMBackendError
+
+        raise LLVMBackendError(f"{what} needs AMX tiles, which this process cannot run: {why}")

@@ -32,10 +32,10 @@ from dataclasses import dataclass
 from llvmlite import ir as ll
 
 from cortex.core import loopir as ir
-from cortex.plugins.cpu_llvm.amx import amx_available
+from cortex.plugins.cpu_llvm.amx import require_amx
 from cortex.plugins.cpu_llvm.ir_queries import _var_names
 from cortex.plugins.cpu_llvm.lanes import _VecCtx
-from cortex.plugins.cpu_llvm.llvm_types import F32, I1, I8, I16, I32, I64, PTR, VOID, CodegenError
+from cortex.plugins.cpu_llvm.llvm_types import F32, I1, I8, I16, I32, I64, PTR, VOID
 
 LANES = 16  # outputs per C tile row (16 float32: 64 bytes), the pairs layout's block width
 MAX_ROWS = 16  # rows of an A / C tile
@@ -60,6 +60,7 @@ class _NamedType(ll.Type):
 
 
 AMX = _NamedType("x86_amx")
+BF16X16 = _NamedType(f"<{LANES} x bfloat>")
 
 Ref = tuple[str, tuple[ir.Expr, ...]]  # (buffer, the indices before the reduction's)
 
@@ -199,9 +200,7 @@ class _AmxGemv:
         g = match_gemv(s, self.p.buffer, self.allocs)
         if g is None:
             return False
-        ok, why = amx_available()
-        if not ok:
-            raise CodegenError(f"bf16_dot='amx' needs AMX tiles in this process: {why}")
+        require_amx("bf16_dot='amx'")
         self.amx_gemv(g)
         return True
 
@@ -302,17 +301,10 @@ class _AmxGemv:
         b.position_at_end(done)
 
     def _to_bf16(self, x: ll.Value) -> ll.Value:
-        """16 float32 lanes -> bfloat16 bits (``<16 x i16>``): to nearest, ties to even; a NaN
-        stays a NaN (its top half with the quiet bit), as the weights are rounded."""
-        b = self.b
-        vt = ll.VectorType(I32, LANES)
-        c = lambda v: self.const_like(vt, v)  # noqa: E731
-        bits = b.bitcast(x, vt)
-        lsb = b.and_(b.lshr(bits, c(16)), c(1))
-        rounded = b.lshr(b.add(b.add(bits, c(0x7FFF)), lsb), c(16))
-        nan = b.icmp_unsigned(">", b.and_(bits, c(0x7FFFFFFF)), c(0x7F800000))
-        quiet = b.or_(b.lshr(bits, c(16)), c(0x40))
-        return b.trunc(b.select(nan, quiet, rounded), ll.VectorType(I16, LANES))
+        """16 float32 lanes -> bfloat16 bits (``<16 x i16>``): to nearest, ties to even, a NaN
+        stays a NaN (LLVM's ``fptrunc`` to ``bfloat``: one ``vcvtneps2bf16`` with AVX512-BF16,
+        which every AMX-BF16 CPU has)."""
+        return self.b.bitcast(self.b.fptrunc(x, BF16X16), ll.VectorType(I16, LANES))
 
     def _add_products(self, g: Gemv, cbuf: ll.Value, first: int, count: int) -> None:
         """``acc[base + j] += C[block, row, j]`` for the updates of blocks ``first ..

@@ -29,7 +29,7 @@ from cortex.core.plugin.backend import Backend, Compiler, HostRuntime, Renderer,
 from cortex.core.plugin.capabilities import Capabilities
 from cortex.core.diskcache import DiskCache
 from cortex.plugins.cpu_llvm import codegen, native_linearize
-from cortex.plugins.cpu_llvm.amx import amx_available
+from cortex.plugins.cpu_llvm.amx import amx_available, require_amx
 from cortex.plugins.cpu_llvm.jit import cpu_info
 from cortex.plugins.cpu_llvm.runtime import CompiledProgram, usable_cpus
 
@@ -125,6 +125,8 @@ class LLVMCompiler(Compiler):
         program = getattr(source, "program", None)
         if not isinstance(program, ir.Program):
             raise TypeError("the llvm compiler takes what the llvm renderer returns (LLVMSource)")
+        if program.launch_setting("bf16_dot") == "amx":
+            require_amx(f"program {program.name} (bf16_dot='amx')")
         threads = int(program.launch_setting("threads", 0) or options.get("threads", 0))  # the schedule's
         compiled = CompiledProgram(program, threads=threads,
                                    cpu=options.get("cpu", "host"), opt_level=int(options.get("opt_level", 3)),
