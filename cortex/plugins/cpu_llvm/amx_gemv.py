@@ -11,18 +11,18 @@ The node jam writes a group's reduction over a ``bfloat16_pairs`` matrix as a se
 node rows ``row`` (``k`` unrolled ``U`` times: ``k = U kn + u``). :func:`match_gemv` recognizes
 exactly that; :meth:`_AmxGemv.amx_gemv` then emits, instead of the FMAs:
 
-* the group's ``M <= 16`` activation rows ``X[row, k0 .. k0 + K)`` rounded once to bfloat16 into
-  a ``[M, K]`` staging array on the stack (the A tile rows, stride ``2 K`` bytes);
-* per up to six weight blocks (six C tiles, the A and a B tile: the eight tile registers), a loop
-  over ``K / 32`` chunks: one A tile load, and per block one B tile load (16 pair-rows of 64
-  bytes: a contiguous 1 KB of the pairs layout, ``[rows / 16, K / 2, 16, 2]``) and one
-  ``tdpbf16ps`` (an ``M x 16 x 32`` product) into the block's ``M x 16`` float32 C tile; a
-  ``K % 32`` remainder is one shorter tile product;
-* the C tiles stored to a small float32 array and added to the accumulators the FMAs would have
-  updated (``acc[c + j] += C[block, row, j]``), so the code after the loop is unchanged.
+* the group's ``2 <= M <= 16`` activation rows ``X[row, k0 .. k0 + K)`` rounded once to bfloat16
+  (``vcvtneps2bf16``) into a ``[16, K]`` staging array on the stack (the A tile rows, stride
+  ``2 K`` bytes; rows from ``M`` are not read back);
+* per up to six weight blocks, a call of a ``noinline`` tile function (:meth:`_amx_dot_fn`):
+  a loop over ``K / 32`` chunks, one A tile load, and per block one B tile load (16 pair-rows
+  of 64 bytes: a contiguous 1 KB of the pairs layout, ``[rows / 16, K / 2, 16, 2]``) and one
+  ``tdpbf16ps`` (a ``16 x 16 x 32`` product) into the block's float32 C tile, stored at the end;
+* the C rows added to the accumulators the FMAs would have updated (``acc[c + j] +=
+  C[block, row, j]``), so the code after the loop is unchanged.
 
-LLVM's AMX passes insert the tile configuration (``ldtilecfg``) and ``tilerelease``. Anything else
-(a guard in the body, a lane-dependent row, more than 16 rows) is left to the FMA code.
+Anything else (a guard in the body, a lane-dependent row, one row or more than 16, a reduction
+not a multiple of 32 deep) is left to the FMA code.
 """
 
 from __future__ import annotations
@@ -39,6 +39,10 @@ from cortex.plugins.cpu_llvm.llvm_types import F32, I1, I8, I16, I32, I64, PTR, 
 
 LANES = 16  # outputs per C tile row (16 float32: 64 bytes), the pairs layout's block width
 MAX_ROWS = 16  # rows of an A / C tile
+#: the fewest node rows a GEMV runs on tiles: a single node's GEMV stays on the FMAs (every tile
+#: product takes 16 rows' time, and one row of FMAs streams the weights about as fast:
+#: ``benchmarks/bench_amx_gemv.py``, docs/llvm.md)
+MIN_ROWS = 2
 MAX_C_TILES = 6  # of the eight tile registers: six C tiles, the A tile and a B tile
 K_TILE = 32  # bfloat16 products per tile row (64 bytes)
 
@@ -176,7 +180,7 @@ def match_gemv(s: ir.For, buffer_of, allocs) -> Gemv | None:
             return None  # two products into one accumulator for the same k
         per_u[ab[1]] = (blocks.index(blk), rows.index(row))
     k0, depth = unroll * lo, unroll * (hi - lo)
-    if len(rows) > MAX_ROWS or k0 % 2 or depth % K_TILE:
+    if not MIN_ROWS <= len(rows) <= MAX_ROWS or k0 % 2 or depth % K_TILE:
         return None  # (a K % 32 remainder would need tiles of another shape: the FMA code)
     updates = []
     for (acc, base), per_u in terms.items():
@@ -204,61 +208,79 @@ class _AmxGemv:
         self.amx_gemv(g)
         return True
 
-    def _amx_fn(self, name: str, ret: ll.Type, args: list[ll.Type]) -> ll.Function:
-        return self.mod.decl(f"llvm.x86.{name}.internal", ret, args)
-
     def amx_gemv(self, g: Gemv) -> None:
-        """Every tile is 16 rows of 64 bytes: LLVM configures the tile registers once per
-        function, a shape per register, so tiles of several shapes (groups of 8, 4, 2 and 1
-        nodes) would run out of registers. A group of ``M < 16`` nodes leaves staging rows
-        ``M ..`` as they are; their C rows are not read."""
         b = self.b
-        m, depth = len(g.rows), g.depth
-        load = self._amx_fn("tileloadd64", AMX, [I16, I16, PTR, I64])
-        dot = self._amx_fn("tdpbf16ps", AMX, [I16, I16, I16, AMX, AMX, AMX])
-        stored = self._amx_fn("tilestored64", VOID, [I16, I16, PTR, I64, AMX])
-        zero = self._amx_fn("tilezero", AMX, [I16, I16])
-        rows, colsb = ll.Constant(I16, MAX_ROWS), ll.Constant(I16, 2 * K_TILE)
-        i64 = lambda v: ll.Constant(I64, v)  # noqa: E731
-        stage = self._amx_alloca(I16, MAX_ROWS * depth)
+        stage = self._amx_alloca(I16, MAX_ROWS * g.depth)
         self._stage_rows(g, stage)
         weights = []
         for name, lead in g.blocks:  # the first element of each block's K rows (i16 units)
             off, _ = self.flat_offset(name, lead + (ir.Const(g.k0), ir.Const(0)))
             weights.append(b.gep(self.ptrs[name], [off], inbounds=True, source_etype=I16))
-        n_c = min(len(g.blocks), MAX_C_TILES)
-        cbuf = self._amx_alloca(F32, n_c * MAX_ROWS * LANES)
+        cbuf = self._amx_alloca(F32, min(len(g.blocks), MAX_C_TILES) * MAX_ROWS * LANES)
+        i16p, f32p = I16.as_pointer(), F32.as_pointer()
         for first in range(0, len(g.blocks), MAX_C_TILES):
             chunk = weights[first:first + MAX_C_TILES]
-            pre = b.block
-            body_bb, done = self.block("amx_k"), self.block("amx_k_end")
-            tiles = [b.call(zero, [rows, colsb]) for _ in chunk]
-            b.branch(body_bb)
-            b.position_at_end(body_bb)
-            kb = b.phi(I64, name="amx_kb")
-            kb.add_incoming(i64(0), pre)
-            phis = []
-            for t in tiles:
-                phis.append(b.phi(AMX))
-                phis[-1].add_incoming(t, pre)
-            a_ptr = b.gep(stage, [b.mul(kb, i64(K_TILE))], inbounds=True, source_etype=I16)
-            a = b.call(load, [rows, colsb, a_ptr, i64(2 * depth)])
-            w_off = b.mul(kb, i64(K_TILE * LANES))  # 16 pair rows of 16 words: 1 KB
-            tiles = []
-            for c, w in zip(phis, chunk):
-                tb = b.call(load, [rows, colsb, b.gep(w, [w_off], inbounds=True, source_etype=I16), i64(64)])
-                tiles.append(b.call(dot, [rows, colsb, colsb, c, a, tb]))
-            nxt = b.add(kb, i64(1))
-            end = b.block
-            b.cbranch(b.icmp_unsigned("<", nxt, i64(depth // K_TILE)), body_bb, done)
-            kb.add_incoming(nxt, end)
-            for p, t in zip(phis, tiles):
-                p.add_incoming(t, end)
-            b.position_at_end(done)
-            for q, t in enumerate(tiles):
-                at = b.gep(cbuf, [i64(q * MAX_ROWS * LANES)], inbounds=True, source_etype=F32)
-                b.call(stored, [rows, colsb, at, i64(4 * LANES), t])
+            fn = self._amx_dot_fn(len(chunk), g.depth)
+            b.call(fn, [b.bitcast(stage, i16p), b.bitcast(cbuf, f32p)] + [b.bitcast(w, i16p) for w in chunk])
             self._add_products(g, cbuf, first, len(chunk))
+
+    def _amx_dot_fn(self, tiles: int, depth: int) -> ll.Function:
+        """``cx_amx_dot_<tiles>x<depth>(stage, out, w_0, ..)``: ``out[t] = stage @ W_t`` for
+        ``tiles`` blocks (``stage``: ``[16, depth]`` bfloat16; ``W_t``: ``depth / 2`` pair rows of
+        16 words; ``out``: ``[tiles, 16, 16]`` float32), one ``noinline`` function per shape.
+
+        The tile state lives only inside it: LLVM configures the tiles at its entry and releases
+        them at its return, so a thread that waits at a barrier or is switched out between two
+        GEMVs holds no tile data (8 KB more to save and restore). Every tile is 16 rows of 64
+        bytes: LLVM fixes one shape per tile register in a function, and one shape needs no
+        more than the eight registers (``tiles`` C tiles, the A tile and a B tile)."""
+        name = f"cx_amx_dot_{tiles}x{depth}"
+        if name in self.mod.fns:
+            return self.mod.fns[name]
+        i16p, f32p = I16.as_pointer(), F32.as_pointer()
+        fn = ll.Function(self.mod.m, ll.FunctionType(VOID, [i16p, f32p] + [i16p] * tiles), name)
+        fn.linkage = "internal"
+        fn.attributes.add("noinline")
+        fn.attributes.add("nounwind")
+        self.mod.fns[name] = fn
+        decl = self.mod.decl
+        load = decl("llvm.x86.tileloadd64.internal", AMX, [I16, I16, PTR, I64])
+        dot = decl("llvm.x86.tdpbf16ps.internal", AMX, [I16, I16, I16, AMX, AMX, AMX])
+        stored = decl("llvm.x86.tilestored64.internal", VOID, [I16, I16, PTR, I64, AMX])
+        zero = decl("llvm.x86.tilezero.internal", AMX, [I16, I16])
+        rows, colsb = ll.Constant(I16, MAX_ROWS), ll.Constant(I16, 2 * K_TILE)
+        i64 = lambda v: ll.Constant(I64, v)  # noqa: E731
+        stage, out, weights = fn.args[0], fn.args[1], fn.args[2:]
+        entry = fn.append_basic_block("entry")
+        body_bb, done = fn.append_basic_block("k"), fn.append_basic_block("done")
+        b = ll.IRBuilder(entry)
+        zeros = [b.call(zero, [rows, colsb]) for _ in weights]
+        b.branch(body_bb)
+        b = ll.IRBuilder(body_bb)
+        kb = b.phi(I64, name="kb")
+        kb.add_incoming(i64(0), entry)
+        phis = []
+        for z in zeros:
+            phis.append(b.phi(AMX))
+            phis[-1].add_incoming(z, entry)
+        a_ptr = b.gep(stage, [b.mul(kb, i64(K_TILE))], inbounds=True, source_etype=I16)
+        a = b.call(load, [rows, colsb, a_ptr, i64(2 * depth)])
+        w_off = b.mul(kb, i64(K_TILE * LANES))  # 16 pair rows of 16 words: 1 KB
+        tiles_next = []
+        for c, w in zip(phis, weights):
+            tb = b.call(load, [rows, colsb, b.gep(w, [w_off], inbounds=True, source_etype=I16), i64(64)])
+            tiles_next.append(b.call(dot, [rows, colsb, colsb, c, a, tb]))
+        nxt = b.add(kb, i64(1))
+        b.cbranch(b.icmp_unsigned("<", nxt, i64(depth // K_TILE)), body_bb, done)
+        kb.add_incoming(nxt, body_bb)
+        for p_, t in zip(phis, tiles_next):
+            p_.add_incoming(t, body_bb)
+        b = ll.IRBuilder(done)
+        for q, t in enumerate(tiles_next):
+            at = b.gep(out, [i64(q * MAX_ROWS * LANES)], inbounds=True, source_etype=F32)
+            b.call(stored, [rows, colsb, at, i64(4 * LANES), t])
+        b.ret_void()
+        return fn
 
     def _amx_alloca(self, ty: ll.Type, n: int) -> ll.Value:
         """A stack array of ``n`` ``ty`` (64-byte aligned, zero), one per kernel and size: the
