@@ -11,7 +11,7 @@ The node jam writes a group's reduction over a ``bfloat16_pairs`` matrix as a se
 node rows ``row`` (``k`` unrolled ``U`` times: ``k = U kn + u``). :func:`match_gemv` recognizes
 exactly that; :meth:`_AmxGemv.amx_gemv` then emits, instead of the FMAs:
 
-* the group's ``2 <= M <= 16`` activation rows ``X[row, k0 .. k0 + K)`` rounded once to bfloat16
+* the group's ``4 <= M <= 16`` activation rows ``X[row, k0 .. k0 + K)`` rounded once to bfloat16
   (``vcvtneps2bf16``) into a ``[16, K]`` staging array on the stack (the A tile rows, stride
   ``2 K`` bytes; rows from ``M`` are not read back);
 * per up to six weight blocks, a call of a ``noinline`` tile function (:meth:`_amx_dot_fn`):
@@ -21,7 +21,7 @@ exactly that; :meth:`_AmxGemv.amx_gemv` then emits, instead of the FMAs:
 * the C rows added to the accumulators the FMAs would have updated (``acc[c + j] +=
   C[block, row, j]``), so the code after the loop is unchanged.
 
-Anything else (a guard in the body, a lane-dependent row, one row or more than 16, a reduction
+Anything else (a guard in the body, a lane-dependent row, fewer than 4 rows or more than 16, a reduction
 not a multiple of 32 deep) is left to the FMA code.
 """
 
@@ -39,10 +39,10 @@ from cortex.plugins.cpu_llvm.llvm_types import F32, I1, I8, I16, I32, I64, PTR, 
 
 LANES = 16  # outputs per C tile row (16 float32: 64 bytes), the pairs layout's block width
 MAX_ROWS = 16  # rows of an A / C tile
-#: the fewest node rows a GEMV runs on tiles: a single node's GEMV stays on the FMAs (every tile
-#: product takes 16 rows' time, and one row of FMAs streams the weights about as fast:
-#: ``benchmarks/bench_amx_gemv.py``, docs/llvm.md)
-MIN_ROWS = 2
+#: the fewest node rows (padding included) a GEMV runs on tiles: every tile product takes 16
+#: rows' time and the rows are staged per block of outputs, so a group of 1 or 2 nodes is as fast
+#: or faster on the FMAs (a TreeLSTM h256's levels: docs/llvm.md, "AMX tiles")
+MIN_ROWS = 4
 MAX_C_TILES = 6  # of the eight tile registers: six C tiles, the A tile and a B tile
 K_TILE = 32  # bfloat16 products per tile row (64 bytes)
 
