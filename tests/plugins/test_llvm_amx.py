@@ -56,7 +56,8 @@ def test_amx_treelstm_matches_the_reference_and_rounds_the_activations(threads):
     want = cortex.compile(model, target="numpy")(TREES)
     got = amx(TREES)
     assert _scaled_error(got, want) <= TOLERANCES["bfloat16"].atol
-    pairs = cortex.compile(model, target="llvm", weights="bfloat16", threads=threads)(TREES)
+    pairs = cortex.compile(model, target="llvm", weights="bfloat16", schedule={"bf16_dot": "pairs"},
+                           threads=threads)(TREES)
     assert _scaled_error(got, pairs) > 0  # the activations were rounded too
 
 
@@ -65,9 +66,16 @@ def test_a_reduction_not_a_multiple_of_32_stays_on_the_fmas():
     model = TreeLSTM(hidden=40, embed=12, vocab=20, seed=3)  # K = 40: no whole tiles
     amx = cortex.compile(model, target="llvm", weights="bfloat16", schedule={"bf16_dot": "amx"})
     assert "tdpbf16ps" not in str(amx.source)
-    want = cortex.compile(model, target="llvm", weights="bfloat16")(TREES)
+    want = cortex.compile(model, target="llvm", weights="bfloat16", schedule={"bf16_dot": "pairs"})(TREES)
     for s in want.states:
         np.testing.assert_array_equal(amx(TREES).nodes(s), want.nodes(s))
+
+
+def test_the_default_is_amx_where_offered_and_pairs_elsewhere():
+    model = TreeLSTM(hidden=32, embed=8, vocab=20, seed=0)
+    assert cortex.compile(model, target="llvm", weights="bfloat16").schedule.bf16_dot == ("amx" if AMX else "pairs")
+    named = cortex.compile(model, target="llvm", weights="bfloat16", cpu="skylake-avx512")
+    assert named.schedule.bf16_dot == "pairs"
 
 
 def test_a_named_cpu_never_offers_amx():
