@@ -76,8 +76,8 @@ def store_weights(lowered: "Lowered", weights: str) -> "Lowered":
 
 def _format(buffer: ir.Buffer, weights: str, bf16_dot: str) -> str:
     """The storage format of a weight matrix: ``bfloat16_pairs`` for bfloat16 weights with
-    ``bf16_dot="pairs"`` or ``"amx"`` (the pairs layout is the AMX B tile's) where the matrix's second last dimension is a constant even size
-    (a pair of reduction rows), else ``weights``."""
+    ``bf16_dot="pairs"`` or ``"amx"`` (the pairs layout is the AMX B tile's) where the matrix's
+    second last dimension is a constant even size (a pair of reduction rows), else ``weights``."""
     rows = ir.const_int(buffer.shape[-2])
     if weights == "bfloat16" and bf16_dot in ("pairs", "amx") and rows is not None and rows % 2 == 0:
         return "bfloat16_pairs"
