@@ -2,7 +2,8 @@
 
 Pipeline position: ``cortex.compile(model, target="opencl", ...)`` calls
 :func:`create_backend` with the target's resolved options (``device``, ``work_group_size``,
-``form``, ``fast_math``, ``tree_groups``: the work-groups of ``Capabilities.independent_groups``); the scheduler reads the capabilities of the chosen device, the renderer emits
+``form``, ``fast_math``, ``tree_groups``: ``Capabilities.independent_groups``, the default of the schedule knob of
+that name); the scheduler reads the capabilities of the chosen device, the renderer emits
 OpenCL C through the core's C-family renderer, the compiler builds it with pyopencl (cached),
 and the runtime runs it (see ``runtime`` for buffers and launches).
 """
