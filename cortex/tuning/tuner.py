@@ -53,8 +53,10 @@ MAX_PROPOSALS = 4  # stop after this many candidates per budgeted trial (most we
 # busy machine one thread beats two in the tuner's rounds and loses on the same machine when
 # it is quiet, so a record would store the load of the hour, not the model's schedule. And
 # ``bf16_dot``: a session measures float32 weights (a bfloat16 compile takes the float32 record),
-# where how bfloat16 weights are read changes nothing a session could measure.
-HOLD = ("threads", "bf16_dot")
+# where how bfloat16 weights are read changes nothing a session could measure. And
+# ``tree_groups`` (a batch's trees as several work-groups of one launch, on OpenCL): like the
+# threads, it gains only where a second core is free when the launch starts (docs/opencl.md).
+HOLD = ("threads", "bf16_dot", "tree_groups")
 
 
 @dataclass(frozen=True)

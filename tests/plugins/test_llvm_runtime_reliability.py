@@ -194,7 +194,7 @@ def test_jit_modules_leave_no_native_memory_behind():
         gc.collect()
         m = mallinfo2()
         return m.uordblks + m.hblkhd
-    text = str(cortex.compile(TreeLSTM(hidden=32, embed=32, vocab=20, seed=0), target="llvm").source)
+    text = str(cortex.compile(TreeLSTM(hidden=8, embed=8, vocab=20, seed=0), target="llvm").source)
     for _ in range(3):
         JitModule(text).close()
     start = in_use()

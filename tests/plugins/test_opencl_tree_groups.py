@@ -118,3 +118,20 @@ def test_tree_groups_are_an_option_off_by_default():
     assert units == max(1, device_for("").info.compute_units)
     with pytest.raises(ValueError, match="tree_groups"):
         cortex.compile(model, target="opencl", tree_groups=-1)
+
+
+def test_tree_groups_are_a_schedule_knob_the_tuner_can_choose():
+    """The schedule's ``tree_groups`` knob (default: the option) turns the form on by itself, as
+    a tuned record would; outputs stay bit-identical to the one-work-group kernel's."""
+    from cortex.core.lowering.schedule import ScheduleSpace
+
+    model, _, one, _ = _executables("TreeLSTM")
+    assert ScheduleSpace(one.backend.capabilities, "float32").knob("tree_groups").choices == (1, 2, 4)
+    assert one.schedule.tree_groups == 1
+    tuned = cortex.compile(model, target="opencl", schedule={"tree_groups": 2})
+    assert forms.GROUPED_KERNEL in tuned.artifact.kernels
+    batch = tuned.linearize(BATCHES["TreeLSTM"][2])
+    got = tuned.run(batch)
+    assert (tuned.artifact.last_form, tuned.artifact.last_groups) == ("tree_groups", 2)
+    assert np.array_equal(got.nodes("h"), one.run(batch).nodes("h"))
+    assert cortex.compile(model, target="opencl", tree_groups=2).schedule.tree_groups == 2

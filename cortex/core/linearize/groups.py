@@ -3,11 +3,12 @@ levels of their own trees, with no synchronization between workers.
 
 Pipeline position: after ``bind_batch``, on the bound index arrays of one call, for a backend
 that runs the level loop inside one launch per worker with a barrier among each worker's own
-threads only (``Capabilities.independent_groups``, recorded by the schedule as the launch
-setting ``tree_groups``). The trees (DAGs, sequences) of a batch do not depend on each other,
-so a partition of them into G groups, each with its own level offsets, lets G work-groups run
-one launch at once where the plain layout needs one work-group (a barrier across work-groups is
-not something every device offers, or guarantees to make progress).
+threads only (the schedule knob ``tree_groups``, default ``Capabilities.independent_groups``,
+recorded as the launch setting of that name). The trees (DAGs, sequences) of a batch do not
+depend on each other, so a partition of them into G groups, each with its own level offsets,
+lets G work-groups run one launch at once where the plain layout needs one work-group (a
+barrier across work-groups is not something every device offers, or guarantees to make
+progress).
 
 The grouped layout (N nodes, L levels, NL leaves, G groups):
 

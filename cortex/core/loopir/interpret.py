@@ -87,7 +87,7 @@ class _Machine:
 
     def lift(self, a: np.ndarray) -> np.ndarray:
         a = np.asarray(a)
-        d = self.depth
+        d = len(self.extents)
         if a.ndim < d:
             a = a.reshape(a.shape + (1,) * (d - a.ndim))
         return a
@@ -179,34 +179,43 @@ class _Machine:
     def _index(self, name: str, index: tuple[ir.Expr, ...], mask: np.ndarray, what: str):
         """Evaluate and bounds-check an access; returns (array, index tuple, active mask)."""
         idx = [self.eval(i, mask) for i in index]
-        if name in self.locals:
-            loc = self.locals[name]
+        loc = self.locals.get(name)
+        if loc is not None:
             arr = loc.array
             idx = [self.lane_index(a) for a in range(loc.depth)] + idx
-        elif name in self.buffers:
-            arr = self.buffers[name]
         else:
-            raise InterpretError(f"{what} of unknown buffer {name!r}")
+            arr = self.buffers.get(name)
+            if arr is None:
+                raise InterpretError(f"{what} of unknown buffer {name!r}")
         if len(idx) != arr.ndim:
             raise InterpretError(f"{what} {name}: {len(index)} indices for a {arr.ndim}-d buffer")
-        shape = np.broadcast_shapes(*(i.shape for i in idx)) if idx else ()
-        shape = (1,) * (self.depth - len(shape)) + tuple(shape)
-        # lanes this access really needs: reduce the mask over axes the index does not use
+        depth = len(self.extents)
         m = np.asarray(mask)
-        for ax in range(self.depth):
-            if shape[ax] == 1 and m.shape[ax] > 1:
-                m = m.any(axis=ax, keepdims=True)
+        if depth and m.size > 1:
+            # lanes this access really needs: reduce the mask over axes the index does not use
+            shape = np.broadcast_shapes(*(i.shape for i in idx)) if idx else ()
+            shape = (1,) * (depth - len(shape)) + tuple(shape)
+            for ax in range(depth):
+                if shape[ax] == 1 and m.shape[ax] > 1:
+                    m = m.any(axis=ax, keepdims=True)
+        # every lane active (the common case): the index's extremes decide the bounds check
+        all_active = bool(m.all())  # (true for no lanes at all, where nothing is checked)
+        everywhere = all_active and m.size > 0
         out_idx = []
         for k, i in enumerate(idx):
-            bad = ((i < 0) | (i >= arr.shape[k])) & m
+            size = arr.shape[k]
+            if everywhere and (i.size == 0 or (i.min() >= 0 and i.max() < size)):
+                out_idx.append(i)
+                continue
+            bad = ((i < 0) | (i >= size)) & m
             if bad.any():
                 where = np.argwhere(np.broadcast_to(bad, np.broadcast_shapes(bad.shape, m.shape)))[0]
                 value = int(np.broadcast_to(i, bad.shape)[tuple(where)])
                 raise InterpretError(
                     f"{what} {name}: index {value} out of bounds for axis {k} of size "
-                    f"{arr.shape[k]} (lane {tuple(int(x) for x in where)})"
+                    f"{size} (lane {tuple(int(x) for x in where)})"
                 )
-            out_idx.append(np.where(m, i, 0) if not m.all() else i)
+            out_idx.append(i if all_active else np.where(m, i, 0))
         return arr, tuple(out_idx), m
 
     def _load(self, e: ir.Load, mask: np.ndarray) -> np.ndarray:

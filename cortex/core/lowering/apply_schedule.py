@@ -137,9 +137,9 @@ def apply_schedule(program: ir.Program, s: Schedule, caps: Capabilities,
             "auto": f"one work-group for inputs of at most {s.single_group_nodes} nodes, else a launch per level",
             "single": "every level in one work-group launch",
             "per_level": "a launch per level"}[s.kernel_form])
-        if caps.independent_groups > 1:
-            launch.append(("tree_groups", caps.independent_groups))
-            notes.append(f"tree_groups={caps.independent_groups}: the one-work-group form runs a "
+        if s.tree_groups > 1 and s.kernel_form == "auto":
+            launch.append(("tree_groups", s.tree_groups))
+            notes.append(f"tree_groups={s.tree_groups}: the one-work-group form runs a "
                          "batch of several trees as that many work-groups, each over its own trees")
     program = replace(program, launch=tuple(launch))
     program, loop_notes = apply_loop_schedule(program, s, caps)

@@ -69,6 +69,8 @@ preference in ``Capabilities.preferred`` and the rule takes it when it is legal.
 ``k_block``            steps per K block of such a block's jammed reductions: each fused loop
                        runs one K block over every group of the block's nodes before the next,
                        partial sums in a panel (``lowering.k_blocks``; 0 = the whole range)
+``tree_groups``        work-groups the one-work-group form runs a batch of several trees as,
+                       each walking its own trees' levels (1 = off; ``linearize.groups``)
 =====================  ========================================================================
 """
 
@@ -150,6 +152,12 @@ def space_knobs(caps: Capabilities, dtype: str) -> tuple[tuple[Knob, ...], tuple
     team = cpu and not unit_items  # a parallel loop split into one chunk per thread (llvm)
     dynamic = team and caps.dynamic_split  # ... or claimed by its threads at run time (llvm)
     panel = 1 << ((cache_kib // 2).bit_length() - 1) if cache_kib >= 128 else 0
+    # the target's setting (the opencl option ``tree_groups``): off unless asked for, since a
+    # second group only gains where a second core is free when the launch starts (docs/opencl.md)
+    groups = max(1, caps.independent_groups) if caps.single_group_form else 1
+    groups_rule = (f"the target's setting ({groups}; off unless asked for: a second work-group "
+                   "gains only where a second core is free at the launch)" if caps.single_group_form
+                   else "no one-work-group form here")
     panels = _with((0, 256, 512, 1024, 2048, 4096), panel)
     panel_rule = (f"half of a core's {cache_kib} KiB cache (a power of two)" if panel
                   else "off: the cache size is unknown")
@@ -254,6 +262,10 @@ def space_knobs(caps: Capabilities, dtype: str) -> tuple[tuple[Knob, ...], tuple
              else "off: no team of threads splitting a parallel loop into chunks here",
              active=lambda s: s["interchange"] and s["panel_kib"] > 0 and s["node_jam"] > 1,
              needs=("interchange", "panel_kib", "node_jam"), when="interchange and panel_kib > 0 and node_jam > 1"),
+        knob("tree_groups", _with((1, 2, 4), groups) if caps.single_group_form else (1,), groups,
+             "work-groups a batch of several trees runs as in the one-work-group form (1 = one)",
+             groups_rule, active=lambda s: s["kernel_form"] == "auto", needs=("kernel_form",),
+             when="kernel_form == 'auto'"),
     )
     constraints = (
         Constraint("tile_hidden must be 0 or a multiple of vector_width",

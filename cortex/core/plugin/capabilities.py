@@ -61,7 +61,7 @@ class Capabilities:
     dynamic_split: bool = False
     # work-groups the single-group form runs in one launch, each walking the levels of its own
     # trees of the batch (no barrier across them: ``cortex.core.linearize.groups``); 1 = one
-    # (the opencl target's ``tree_groups`` option sets it)
+    # (the opencl target's ``tree_groups`` option sets it); the default of the knob ``tree_groups``
     independent_groups: int = 1
 
     def vector_lanes(self, itemsize: int) -> int:

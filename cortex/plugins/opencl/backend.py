@@ -2,9 +2,10 @@
 
 Pipeline position: ``cortex.compile(model, target="opencl", ...)`` calls
 :func:`create_backend` with the target's resolved options (``device``, ``work_group_size``,
-``form``, ``fast_math``, ``tree_groups``: the work-groups of ``Capabilities.independent_groups``); the scheduler reads the capabilities of the chosen device, the renderer emits
-OpenCL C through the core's C-family renderer, the compiler builds it with pyopencl (cached),
-and the runtime runs it (see ``runtime`` for buffers and launches).
+``form``, ``fast_math``, ``tree_groups``: ``Capabilities.independent_groups``, the default of
+the schedule knob of that name); the scheduler reads the capabilities of the chosen device, the
+renderer emits OpenCL C through the core's C-family renderer, the compiler builds it with
+pyopencl (cached), and the runtime runs it (see ``runtime`` for buffers and launches).
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ over the nodes of the level and work-items over hidden units), or — for small 
 per-launch overhead dominates — the single-work-group kernel from ``forms`` that runs every
 level in one launch with work-group barriers between levels. A small batch of several trees,
 where the program has the tree-group kernel (``forms.grouped_kernel``; the schedule's
-``tree_groups`` launch setting, from ``Capabilities.independent_groups``), runs as "tree_groups"
+``tree_groups`` knob, default ``Capabilities.independent_groups``), runs as "tree_groups"
 instead: the call's index arrays are put in the grouped layout
 (``cortex.core.linearize.groups``), the leaves run in their own launch over every compute unit,
 then ONE launch of that many work-groups walks the levels, each group only its own trees; the

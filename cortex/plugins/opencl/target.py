@@ -45,8 +45,9 @@ OPTIONS = (
                  "rounding only"),
     TargetOption("tree_groups", int, 1, "work-groups the one-work-group form splits a batch of "
                  "several trees into, each walking its own trees' levels (a CPU device runs "
-                 "them on several cores); 1 = one work-group (measured no faster on a 2-core "
-                 "PoCL device, and each build compiles one more kernel)",
+                 "them on several cores): the default of the schedule knob tree_groups; 1 = one "
+                 "work-group (measured no faster on a 2-core PoCL device, where the second "
+                 "group mostly starts too late, and each build compiles one more kernel)",
                  minimum=0, maximum=1024,
                  allowed="an integer from 0 to 1024 (0 = the device's compute units)"),
 )
