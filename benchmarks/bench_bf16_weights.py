@@ -17,6 +17,7 @@ Usage::
     python benchmarks/bench_bf16_weights.py --out bf16.json              # every zoo model, h256, b1
     python benchmarks/bench_bf16_weights.py --models TreeLSTM --batches 1,10 --out b.json
     python benchmarks/bench_bf16_weights.py --quick                      # smoke test, seconds
+    python benchmarks/bench_bf16_weights.py --amx --out amx.json         # and bf16_dot="amx"
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--hidden", type=int, default=256, help="the sweep's hidden size (MV-RNN: a quarter)")
     p.add_argument("--tokens", type=int, default=30, help="mean tokens per input")
     p.add_argument("--batches", default="1", help="comma list of batch sizes (default: 1)")
+    p.add_argument("--amx", action="store_true", help="also bf16_dot='amx' (AMX tiles; needs a CPU "
+                   "and kernel that offer them)")
     add_ab_arguments(p)
     return p.parse_args(argv)
 
@@ -77,7 +80,8 @@ def measure(model_name: str, batch_size: int, args: argparse.Namespace) -> dict:
     extra = {"threads": args.threads} if args.threads else {}
     exes = {"float32": cortex.compile(model, target=args.target, **extra)}
     default = exes["float32"].schedule.to_dict()
-    for v, (weights, dot) in VARIANTS.items():
+    variants = {**VARIANTS, **({"bfloat16_amx": ("bfloat16", "amx")} if args.amx else {})}
+    for v, (weights, dot) in variants.items():
         if dot is not None:
             exes[v] = cortex.compile(model, target=args.target, weights=weights,
                                      schedule={**default, "bf16_dot": dot}, **extra)
@@ -86,7 +90,7 @@ def measure(model_name: str, batch_size: int, args: argparse.Namespace) -> dict:
     ref = evaluate(model.trace(), model.params, batch)
     nodes = {v: {s: o.nodes(s) for s in o.states} for v, o in outs.items()}
     stored = [n.split(": ", 1)[1] for n in exes["bfloat16"].notes if n.startswith("weights:")]
-    names = tuple(VARIANTS)
+    names = tuple(variants)
     samples: dict[str, list[float]] = {v: [] for v in names}
     for r in range(args.rounds):
         for v in names[r % len(names):] + names[:r % len(names)]:
@@ -101,6 +105,11 @@ def measure(model_name: str, batch_size: int, args: argparse.Namespace) -> dict:
                                                           for s, a in nodes["float32"].items()}),
         "pairs_vs_bfloat16": errors(nodes["bfloat16_pairs"], {s: np.asarray(a, np.float64)
                                                               for s, a in nodes["bfloat16"].items()}),
+        **({"amx_vs_reference": errors(nodes["bfloat16_amx"], ref),
+            "amx_vs_float32": errors(nodes["bfloat16_amx"], {s: np.asarray(a, np.float64)
+                                                             for s, a in nodes["float32"].items()}),
+            "ratio_amx_to_fp32": med["bfloat16_amx"] / med["float32"],
+            "ratio_amx_to_pairs": med["bfloat16_amx"] / med["bfloat16_pairs"]} if args.amx else {}),
         "median_ms": med, "ratio_bf16_to_fp32": med["bfloat16"] / med["float32"],
         "ratio_pairs_to_fp32": med["bfloat16_pairs"] / med["float32"],
         "ratio_pairs_to_bf16": med["bfloat16_pairs"] / med["bfloat16"], "samples_ms": samples,
@@ -124,6 +133,12 @@ def main(argv: list[str] | None = None) -> int:
                   f"pairs {res['median_ms']['bfloat16_pairs']:.3f} ms (x{res['ratio_pairs_to_fp32']:.3f}); "
                   f"bf16 vs fp32 max abs {e['max_abs']:.2e} mean abs {e['mean_abs']:.2e} "
                   f"max rel {e['max_rel']:.2e} rel l2 {e['rel_l2']:.2e}", file=sys.stderr)
+            if args.amx:
+                a = res["amx_vs_reference"]
+                print(f"  amx {res['median_ms']['bfloat16_amx']:.3f} ms (x{res['ratio_amx_to_fp32']:.3f} of fp32, "
+                      f"x{res['ratio_amx_to_pairs']:.3f} of pairs); vs reference max abs {a['max_abs']:.2e} "
+                      f"mean abs {a['mean_abs']:.2e} rel l2 {a['rel_l2']:.2e} scaled {a['max_scaled']:.2e}",
+                      file=sys.stderr)
     write_json(doc, args.out)
     return 0
 

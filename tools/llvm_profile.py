@@ -39,6 +39,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--reps", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--schedule", default="", help="JSON of schedule knobs over the default rules")
+    ap.add_argument("--weights", default="float32", help="weights= of the compile (bfloat16: stored matrices)")
     ap.add_argument("--shared-us", type=float, default=25.0,
                     help="a barrier wait above this (us) flags a call as disturbed")
     a = ap.parse_args(argv)
@@ -52,7 +53,8 @@ def main(argv: list[str] | None = None) -> None:
         width = model.params["U"].shape[1] if a.model == "DAGRNN" else model_spec(a.model).hidden(a.hidden)
         trees = make_inputs(a.model, a.tokens, a.batch, vocab=20000, width=width, seed=a.seed).structures
     schedule = json.loads(a.schedule) if a.schedule else "default"
-    exe = cortex.compile(model, target="llvm", threads=a.threads, profile=True, schedule=schedule)
+    exe = cortex.compile(model, target="llvm", threads=a.threads, profile=True, schedule=schedule,
+                         weights=a.weights)
     lin = exe.linearize(trees)
     offs = np.diff(np.asarray(lin.level_offsets)) if hasattr(lin, "level_offsets") else None
     prog = exe.artifact

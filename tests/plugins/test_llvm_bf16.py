@@ -98,8 +98,7 @@ def test_pair_loads_compute_what_the_interpreter_and_the_widening_compute(schedu
 
 def test_pair_loads_read_words_and_keep_one_half_without_widening():
     model = TreeLSTM(hidden=32, embed=8, vocab=20, seed=0)
-    exe = cortex.compile(model, target="llvm", weights="bfloat16")  # the default here
-    assert exe.schedule.bf16_dot == "pairs"
+    exe = cortex.compile(model, target="llvm", weights="bfloat16", schedule=PAIRS)  # (the default without AMX)
     text = str(exe.source)
     assert "load <16 x i32>" in text and "-65536" in text and "zext <16 x i16>" not in text
     from cortex.plugins.cpu_llvm.jit import JitModule

@@ -50,7 +50,9 @@ preference in ``Capabilities.preferred`` and the rule takes it when it is legal.
                        below as one work unit, one barrier per pair of levels
                        (``linearize.units`` builds the units per call)
 ``bf16_dot``           how kernels read ``weights="bfloat16"`` matrices: "widen" each element,
-                       or "pairs" (``bfloat16_pairs`` storage: two reduction rows per word)
+                       "pairs" (``bfloat16_pairs`` storage: two reduction rows per word), or
+                       "amx" (the same storage, jammed GEMVs on AMX tiles: llvm, where the
+                       host and the kernel offer them)
 ``hoist_projections``  a level's GEMVs over the node's own input computed for every internal node
                        before the level loop, and those over a child's state in a per-child
                        reduction for the level's child edges before its nodes

@@ -65,16 +65,21 @@ def store_weights(lowered: "Lowered", weights: str) -> "Lowered":
                     for b in lowered.program.buffers)
     notes = tuple(f"weights: {', '.join(sorted(n for n, f in formats.items() if f == fmt))} stored as {fmt}"
                   for fmt in sorted(set(formats.values())))
-    return replace(lowered, program=replace(lowered.program, buffers=buffers),
+    launch = lowered.program.launch
+    if lowered.schedule.bf16_dot == "amx" and "bfloat16_pairs" in formats.values():
+        launch += (("bf16_dot", "amx"),)  # the code generator multiplies the pairs on AMX tiles
+        notes += ("bf16_dot=amx: the jammed GEMVs over the pairs matrices on AMX tiles where the code "
+                  "generator finds them (activations rounded to bfloat16)",)
+    return replace(lowered, program=replace(lowered.program, buffers=buffers, launch=launch),
                    notes=lowered.notes + (notes or (f"weights: no weight matrix to store as {weights}",)))
 
 
 def _format(buffer: ir.Buffer, weights: str, bf16_dot: str) -> str:
     """The storage format of a weight matrix: ``bfloat16_pairs`` for bfloat16 weights with
-    ``bf16_dot="pairs"`` where the matrix's second last dimension is a constant even size
-    (a pair of reduction rows), else ``weights``."""
+    ``bf16_dot="pairs"`` or ``"amx"`` (the pairs layout is the AMX B tile's) where the matrix's
+    second last dimension is a constant even size (a pair of reduction rows), else ``weights``."""
     rows = ir.const_int(buffer.shape[-2])
-    if weights == "bfloat16" and bf16_dot == "pairs" and rows is not None and rows % 2 == 0:
+    if weights == "bfloat16" and bf16_dot in ("pairs", "amx") and rows is not None and rows % 2 == 0:
         return "bfloat16_pairs"
     return weights
 

@@ -29,6 +29,7 @@ from cortex.core.plugin.backend import Backend, Compiler, HostRuntime, Renderer,
 from cortex.core.plugin.capabilities import Capabilities
 from cortex.core.diskcache import DiskCache
 from cortex.plugins.cpu_llvm import codegen, native_linearize
+from cortex.plugins.cpu_llvm.amx import amx_available, require_amx
 from cortex.plugins.cpu_llvm.jit import cpu_info
 from cortex.plugins.cpu_llvm.runtime import CompiledProgram, usable_cpus
 
@@ -56,7 +57,8 @@ def l2_bytes_per_core() -> int:
 #: TreeLSTM (docs/llvm.md): threads split each level's hidden units (its weight rows stay in
 #: each core's L2), groups of 8 nodes share each weight load (then 4, 2, 1), fused loops take two
 #: steps a trip, a matrix nest's column loop becomes one 64-lane vector, and the leaves prefetch
-#: their table rows two nodes ahead; bfloat16 weights are read in pairs of rows (``bf16_dot``); the
+#: their table rows two nodes ahead; bfloat16 weights are read in pairs of rows (``bf16_dot``; on
+#: AMX tiles where the process may run them: ``capabilities``, docs/llvm.md "AMX tiles"); the
 #: team claims each level's units at run time (``level_split``: on the shared machine b1/b10 calls
 #: took 0.04-0.7x the time of the static split; TreeLSTM b100 up to ~1.5x; docs/llvm.md).
 PREFERRED = (("interchange", True), ("node_jam", 8), ("jam_unroll", 2), ("wide_lanes", 64), ("prefetch", 2),
@@ -67,6 +69,9 @@ def capabilities(options: Mapping[str, Any]) -> Capabilities:
     """What the host CPU offers, as the scheduler needs it."""
     threads = int(options.get("threads", 0)) or usable_cpus()
     bits = cpu_info(options.get("cpu", "host")).vector_bits
+    # AMX tiles: on the host CPU only, where this process may run them (asked once per process)
+    amx = options.get("cpu", "host") == "host" and amx_available()[0]
+    preferred = tuple(("bf16_dot", "amx") if k == "bf16_dot" and amx else (k, v) for k, v in PREFERRED)
     return Capabilities(
         has_grid=False, grid_barrier=False, group_barrier=False,
         max_threads_per_group=1, max_groups=1,
@@ -74,9 +79,9 @@ def capabilities(options: Mapping[str, Any]) -> Capabilities:
         shared_memory_bytes=0,
         cache_bytes_per_core=l2_bytes_per_core() or (1 << 20),
         vector_bits=bits, vector_registers=32 if bits >= 512 else 16,
-        supports_fp64=True, dialect="", single_call=True, prefetch=True, preferred=PREFERRED,
+        supports_fp64=True, dialect="", single_call=True, prefetch=True, preferred=preferred,
         weight_storage=("bfloat16",),  # kernel.widen: i16 loads widened to float32
-        bf16_dot=("widen", "pairs"),  # bfloat16_pairs storage: kernel.pair_load
+        bf16_dot=("widen", "pairs") + (("amx",) if amx else ()),  # kernel.pair_load; amx_gemv
         dynamic_split=True,  # kernel.claimed_loop
     )
 
@@ -121,6 +126,8 @@ class LLVMCompiler(Compiler):
         program = getattr(source, "program", None)
         if not isinstance(program, ir.Program):
             raise TypeError("the llvm compiler takes what the llvm renderer returns (LLVMSource)")
+        if program.launch_setting("bf16_dot") == "amx":
+            require_amx(f"program {program.name} (bf16_dot='amx')")
         threads = int(program.launch_setting("threads", 0) or options.get("threads", 0))  # the schedule's
         compiled = CompiledProgram(program, threads=threads,
                                    cpu=options.get("cpu", "host"), opt_level=int(options.get("opt_level", 3)),

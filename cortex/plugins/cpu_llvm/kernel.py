@@ -19,6 +19,7 @@ from llvmlite import ir as ll
 
 from cortex.core import loopir as ir
 from cortex.plugins.cpu_llvm import team
+from cortex.plugins.cpu_llvm.amx_gemv import _AmxGemv
 from cortex.plugins.cpu_llvm.expressions import _Expressions
 from cortex.plugins.cpu_llvm.ir_queries import _Idx, _var_names, _walk, serial_reads_stable, vector_width
 from cortex.plugins.cpu_llvm.lanes import _VecCtx
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from cortex.plugins.cpu_llvm.codegen import _Module
 
 
-class _KernelGen(_Expressions, _Reductions, _RegisterArrays):
+class _KernelGen(_Expressions, _Reductions, _RegisterArrays, _AmxGemv):
     """Emits one kernel function: ``void k(bufs..., sizes..., params..., tid, nthreads)``."""
 
     def __init__(self, mod: _Module, kernel: ir.Kernel, barrier: ll.Function) -> None:
@@ -452,6 +453,9 @@ class _KernelGen(_Expressions, _Reductions, _RegisterArrays):
                 self.vector_loop(s, width)
                 self.last_loop_synced = False
                 return
+        if self.amx_loop(s):  # bf16_dot="amx": a jammed GEMV on AMX tiles
+            self.last_loop_synced = False
+            return
         if "cold" in s.annotations and not self.compact:
             self.compact += 1
             try:
