@@ -75,6 +75,7 @@ class Schedule:
     panel_kib: int = 0
     level_split: str = "static"
     k_block: int = 0
+    leaf_tables: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

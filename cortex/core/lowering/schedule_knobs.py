@@ -67,6 +67,9 @@ preference in ``Capabilities.preferred`` and the rule takes it when it is legal.
 ``k_block``            steps per K block of such a block's jammed reductions: each fused loop
                        runs one K block over every group of the block's nodes before the next,
                        partial sums in a panel (``lowering.k_blocks``; 0 = the whole range)
+``leaf_tables``        the leaf loop copies each leaf's states from the ``leaf_state`` tables of a
+                       graph with a level-1 case, instead of running the leaf case
+                       (``lowering.leaf_tables``)
 =====================  ========================================================================
 """
 
@@ -252,6 +255,12 @@ def space_knobs(caps: Capabilities, dtype: str) -> tuple[tuple[Knob, ...], tuple
              else "off: no team of threads splitting a parallel loop into chunks here",
              active=lambda s: s["interchange"] and s["panel_kib"] > 0 and s["node_jam"] > 1,
              needs=("interchange", "panel_kib", "node_jam"), when="interchange and panel_kib > 0 and node_jam > 1"),
+        knob("leaf_tables", (False, True), cpu, "the leaf loop reads its states from the leaf-state tables "
+             "that level 1 has (lowering.leaf_tables)",
+             "on: a row copy per state instead of the leaf's activations" if cpu
+             else "off: a device gets the tables whole at compile time",
+             active=lambda s: s["leaf_specialization"], needs=("leaf_specialization",),
+             when="leaf_specialization"),
     )
     constraints = (
         Constraint("tile_hidden must be 0 or a multiple of vector_width",
