@@ -44,3 +44,17 @@ def test_leaf_loop_reads_the_tables_and_agrees(model_cls, target):
     a, b = on(more), off(more)
     for s in a.states:
         np.testing.assert_allclose(a.nodes(s), b.nodes(s), rtol=1e-5, atol=1e-6)
+
+
+def test_the_leaf_case_params_are_no_buffers_of_a_tabled_program():
+    """With the tables the leaf's own params (the input projection ``E_proj``) are read only by
+    the tables' recipes: no program buffer, so no weight storage format applies to them (a
+    buffer the program never loads would pass for a streamed weight matrix)."""
+    model = TreeFC(hidden=6, embed=5, vocab=11)
+    on = cortex.compile(model, target="llvm", weights="bfloat16")
+    off = cortex.compile(model, target="llvm", weights="bfloat16", schedule={"leaf_tables": False})
+    assert "E_proj" not in {b.name for b in on.lowered.program.buffers}
+    assert "E_proj" in {b.name for b in off.lowered.program.buffers}
+    for batch in ([3], [(3, 4), ((1, 2), 5)]):
+        np.testing.assert_allclose(on(batch).nodes("h"), off(batch).nodes("h"), rtol=1e-5, atol=1e-6)
+        assert np.abs(on(batch).nodes("h")).max() > 0.1

@@ -38,14 +38,14 @@ from __future__ import annotations
 import keyword
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 
 from cortex.core import loopir as ir
 from cortex.core.errors import CortexError
 from cortex.core.plugin.capabilities import Capabilities
-from cortex.core.frontend.graph import RecursiveGraph, verify as verify_graph
+from cortex.core.frontend.graph import Case, RecursiveGraph, verify as verify_graph
 from cortex.core.lowering.transforms import from_layout, physical_arrays
 from cortex.core.loopir import Const, Load, Var
 from cortex.core.loopir.storage import pack
@@ -197,10 +197,10 @@ def lower(graph: RecursiveGraph, schedule: Schedule, capabilities: Capabilities,
     has_pre = schedule.leaf_specialization and any(c.name == "preterminal" for c in lgraph.cases)
     # the leaf loop from the leaf-state tables (lowering.leaf_tables) where level 1 has them
     tabled = leaf_table_case(lgraph) if schedule.leaf_tables and has_pre and not schedule.refactor else None
-    used_params = _used_params(graph)
-    if tabled is not None:
-        used_params += [v.attr("name") for v in tabled.values
-                        if v.op == "param" and v.attr("name") not in used_params]
+    # the params the lowered cases read (with the tables, the leaf case's own are read by the
+    # tables' recipes only: no buffer of the program)
+    used_params = _used_params(graph) if tabled is None else _used_params(
+        graph, [c for c in graph.cases if c.name != "leaf"] + [tabled])
     derived = {d.name: d for d in graph.derived}
     param_buf = {p: _ident(names, _param_base(p, derived)) for p in used_params}
     input_buf = {}
@@ -373,9 +373,10 @@ def _param_base(name: str, derived: dict) -> str:
     return f"{stem}_{'stack' if d.recipe == 'concat0' else 'proj'}"
 
 
-def _used_params(graph: RecursiveGraph) -> list[str]:
+def _used_params(graph: RecursiveGraph, cases: Sequence[Case] | None = None) -> list[str]:
+    """The params ``cases`` (by default every case of ``graph``) read, in order."""
     seen: list[str] = []
-    for case in graph.cases:
+    for case in graph.cases if cases is None else cases:
         for v in case.values:
             if v.op == "param" and v.attr("name") not in seen:
                 seen.append(v.attr("name"))
