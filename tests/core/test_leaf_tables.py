@@ -27,7 +27,7 @@ def test_every_state_needs_a_table_and_a_level_one_case():
     assert leaf_tables(run_passes(TreeLSTM(hidden=8, embed=6, vocab=40).trace(), passes=[])) == {}
 
 
-@pytest.mark.parametrize("model_cls", [TreeLSTM, TreeGRU, TreeFC])
+@pytest.mark.parametrize("model_cls", [TreeLSTM, TreeGRU])
 @pytest.mark.parametrize("target", ["numpy", "llvm"])
 def test_leaf_loop_reads_the_tables_and_agrees(model_cls, target):
     model = model_cls(hidden=16, embed=8, vocab=40)
@@ -46,15 +46,23 @@ def test_leaf_loop_reads_the_tables_and_agrees(model_cls, target):
         np.testing.assert_allclose(a.nodes(s), b.nodes(s), rtol=1e-5, atol=1e-6)
 
 
+def test_a_leaf_without_activations_keeps_its_loop():
+    g = run_passes(TreeFC(hidden=8, embed=6, vocab=40).trace())  # relu(E_proj[x]): one row read
+    assert any(c.name == "preterminal" for c in g.cases) and leaf_tables(g) == {}
+    exe = cortex.compile(TreeFC(hidden=8, embed=6, vocab=40), target="llvm")
+    assert not any(n.startswith("leaf_tables:") for n in exe.notes)
+
+
 def test_the_leaf_case_params_are_no_buffers_of_a_tabled_program():
     """With the tables the leaf's own params (the input projection ``E_proj``) are read only by
     the tables' recipes: no program buffer, so no weight storage format applies to them (a
     buffer the program never loads would pass for a streamed weight matrix)."""
-    model = TreeFC(hidden=6, embed=5, vocab=11)
+    model = TreeLSTM(hidden=6, embed=5, vocab=11)
     on = cortex.compile(model, target="llvm", weights="bfloat16")
     off = cortex.compile(model, target="llvm", weights="bfloat16", schedule={"leaf_tables": False})
     assert "E_proj" not in {b.name for b in on.lowered.program.buffers}
     assert "E_proj" in {b.name for b in off.lowered.program.buffers}
     for batch in ([3], [(3, 4), ((1, 2), 5)]):
-        np.testing.assert_allclose(on(batch).nodes("h"), off(batch).nodes("h"), rtol=1e-5, atol=1e-6)
-        assert np.abs(on(batch).nodes("h")).max() > 0.1
+        for s in ("h", "c"):
+            np.testing.assert_allclose(on(batch).nodes(s), off(batch).nodes(s), rtol=1e-5, atol=1e-6)
+            assert np.abs(on(batch).nodes(s)).max() > 0.01

@@ -8,7 +8,9 @@ run on every token (filled row by row on first use on a host runtime,
 table's rows at its token: :func:`leaf_table_case` is the leaf case written so (one
 ``embedding`` per state), and the lowering emits the leaf loop from it instead of the leaf
 case. A TreeLSTM leaf then copies two rows instead of computing two sigmoids and two tanh per
-hidden unit from its token's input projection (the activations were most of the leaf phase).
+hidden unit from its token's input projection (the activations were most of the leaf phase:
+TreeLSTM h256 b10 leaves 111 -> 36 us per thread, docs/llvm.md). A leaf case without such
+activations (TreeFC: ``relu`` of one row) keeps its loop: the copy would cost the same.
 
 The states are the same rows the level-1 case already reads for the leaves below it, so the
 results change by rounding only (the table's rows are computed in NumPy, the leaf loop's in
@@ -22,10 +24,18 @@ from __future__ import annotations
 from cortex.core.frontend.graph import Case, RecursiveGraph, Value
 
 
+#: Ops that make a leaf cost more than copying its states: where the leaf case has none (TreeFC's
+#: ``relu(E_proj[x])`` reads one row and stores one), the copy saves nothing and is not made.
+COSTLY_OPS = frozenset({"sigmoid", "tanh", "exp", "log"})
+
+
 def leaf_tables(graph: RecursiveGraph) -> dict[str, str]:
     """``{state: leaf_state param}`` when every state of ``graph`` has a ``leaf_state`` table of
-    its full shape and ``graph`` has a ``preterminal`` case, else ``{}``."""
+    its full shape, ``graph`` has a ``preterminal`` case and its leaf case evaluates a
+    :data:`COSTLY_OPS` op, else ``{}``."""
     if not any(c.name == "preterminal" for c in graph.cases):
+        return {}
+    if not any(v.op in COSTLY_OPS for v in graph.case("leaf").values):
         return {}
     words = [i for i in graph.node_inputs if i.kind == "word"]
     if len(words) != 1 or len(graph.node_inputs) != 1:
