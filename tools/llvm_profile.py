@@ -11,6 +11,13 @@ Usage::
 
     python tools/llvm_profile.py --batch 1 --hidden 256 [--threads 2] [--reps 200] [--schedule '{"panel_kib": 0}']
     python tools/llvm_profile.py --model DAGRNN --batch 10 --tokens 30
+    python tools/llvm_profile.py --batch 10 --bench-inputs --host   # cortex bench's trees, and the host part
+
+``--bench-inputs`` gives the TreeLSTM the benchmark's inputs (``cortex.bench.workloads``) instead
+of this tool's own trees of 20-40 tokens. ``--host`` also times, on an ordinary (non-profiling)
+build of the same schedule, interleaved in rounds: the whole call ``exe(structures)`` (repeated
+structures, as ``cortex bench`` times it), ``exe.run`` on a prelinearized batch, and the native
+call alone (``exe.backend.runtime.launch`` with the arguments a call stages), medians and minima.
 """
 
 from __future__ import annotations
@@ -40,10 +47,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--schedule", default="", help="JSON of schedule knobs over the default rules")
     ap.add_argument("--weights", default="float32", help="weights= of the compile (bfloat16: stored matrices)")
+    ap.add_argument("--bench-inputs", action="store_true",
+                    help="the TreeLSTM on cortex bench's inputs (cortex.bench.workloads)")
+    ap.add_argument("--host", action="store_true",
+                    help="also time the whole call, the prelinearized call and the native call")
     ap.add_argument("--shared-us", type=float, default=25.0,
                     help="a barrier wait above this (us) flags a call as disturbed")
     a = ap.parse_args(argv)
-    if a.model == "TreeLSTM":
+    if a.model == "TreeLSTM" and not a.bench_inputs:
         model = TreeLSTM(vocab=20000, embed=a.hidden, hidden=a.hidden)
         trees = make_trees(a.seed, a.batch, 20, 40, 20000)
     else:
@@ -81,6 +92,12 @@ def main(argv: list[str] | None = None) -> None:
         print("  min    " + " ".join(f"{x:6.1f}" for x in w.min(axis=0)) + f"   sum {w.min(axis=0).sum():.1f}")
         print("  median " + " ".join(f"{x:6.1f}" for x in np.median(w, axis=0))
               + f"   sum {np.median(w, axis=0).sum():.1f}")
+        wait = [np.array(r[1]["wait"]).sum(axis=1) for r in runs
+                if len({len(c) for c in r[1]["wait"]}) == 1]
+        if wait:
+            ws = np.array(wait)
+            print("barrier wait per call and thread (us): min " + " ".join(f"{x:.1f}" for x in ws.min(axis=0))
+                  + ", median " + " ".join(f"{x:.1f}" for x in np.median(ws, axis=0)))
     print("the median call:")
     print("starts (us): " + " ".join(f"t{t}={p['start'][t]:.1f}" for t in range(nth)))
     head = "barrier  nodes " + " ".join(f"  t{t} work   t{t} wait" for t in range(nth))
@@ -92,6 +109,40 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{k:7d} {str(nodes):>6} {row}")
     print("sum    " + " " * 7 + " ".join(f"{p['compute'][t].sum():8.1f} {p['wait'][t].sum():8.1f}"
                                           for t in range(nth)))
+    if a.host:
+        host_times(model, trees, lin, a.threads, schedule)
+
+
+def host_times(model, trees, lin, threads: int, schedule, rounds: int = 15, calls: int = 40) -> None:
+    """The host part of a call: ``exe(trees)`` vs ``exe.run(lin)`` vs the native call alone,
+    on an ordinary build, interleaved in ``rounds`` of ``calls`` calls each (us)."""
+    import time
+
+    import cortex
+
+    exe = cortex.compile(model, target="llvm", threads=threads, schedule=schedule)
+    runtime = exe.backend.runtime
+    staged = []
+    launch = runtime.launch
+    runtime.launch = lambda art, args: (staged.append(args), launch(art, args))[1]
+    exe.run(lin)
+    runtime.launch = launch
+    args = staged[-1]
+    arms = {"exe(trees)": lambda: exe(trees), "exe.run(lin)": lambda: exe.run(lin),
+            "launch": lambda: launch(exe.artifact, args)}
+    for f in arms.values():
+        f()
+    times: dict[str, list[float]] = {k: [] for k in arms}
+    for _ in range(rounds):
+        for k, f in arms.items():
+            for _ in range(calls):
+                t = time.perf_counter()
+                f()
+                times[k].append((time.perf_counter() - t) * 1e6)
+    print(f"host part ({rounds} rounds x {calls} calls, interleaved; us):")
+    for k, v in times.items():
+        v = np.array(v)
+        print(f"  {k:14s} median {np.median(v):8.1f}  p25 {np.percentile(v, 25):8.1f}  min {v.min():8.1f}")
 
 
 if __name__ == "__main__":

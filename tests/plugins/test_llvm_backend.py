@@ -657,11 +657,15 @@ def test_exp_sigmoid_tanh_are_accurate_over_the_float32_range(vector):
 
 def test_leaf_rows_of_the_embedding_table_are_prefetched_a_few_nodes_ahead():
     """The leaves gather E_proj[word_ids[u], :] (3 KB rows of a 61 MB table at h=256): the
-    leaf loop prefetches node u + prefetch's row (the schedule's knob), a prefetch per line."""
+    leaf loop prefetches node u + prefetch's row (the schedule's knob), a prefetch per line;
+    from the leaf-state tables (``leaf_tables``, the default) the rows of leaf_h and leaf_c."""
     model = cortex.models.TreeLSTM(vocab=50, embed=8, hidden=16, seed=0)  # rows of 3 * 16 floats
-    exe = cortex.compile(model, target="llvm")
+    exe = cortex.compile(model, target="llvm", schedule={"leaf_tables": False})
     assert exe.schedule.prefetch == 2
     assert exe.artifact.ir.count("call void @\"llvm.prefetch.p0\"") == 3 * 16 * 4 // 64
+    tabled = cortex.compile(model, target="llvm")
+    assert tabled.schedule.leaf_tables and tabled.schedule.prefetch == 2
+    assert tabled.artifact.ir.count("call void @\"llvm.prefetch.p0\"") == 2 * 16 * 4 // 64
     assert "llvm.prefetch" not in cortex.compile(model, target="llvm", schedule={"prefetch": 0}).artifact.ir
 
 

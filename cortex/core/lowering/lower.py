@@ -38,20 +38,21 @@ from __future__ import annotations
 import keyword
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 
 from cortex.core import loopir as ir
 from cortex.core.errors import CortexError
 from cortex.core.plugin.capabilities import Capabilities
-from cortex.core.frontend.graph import RecursiveGraph, verify as verify_graph
+from cortex.core.frontend.graph import Case, RecursiveGraph, verify as verify_graph
 from cortex.core.lowering.transforms import from_layout, physical_arrays
 from cortex.core.loopir import Const, Load, Var
 from cortex.core.loopir.storage import pack
 from cortex.core.loopir.verify import verify
 from cortex.core.lowering.cases import CaseLowering, LowerContext, LoweringError, NameGen
 from cortex.core.lowering.apply_schedule import apply_schedule, node_loop_kind, schedule_nest
+from cortex.core.lowering.leaf_tables import leaf_table_case, leaf_tables
 from cortex.core.lowering.refactor import refactor_graph
 from cortex.core.frontend.params import bind_params
 from cortex.core.lowering.schedule import Schedule, describe
@@ -154,7 +155,7 @@ def bound_params(graph: RecursiveGraph, params: Mapping[str, np.ndarray], dtype:
     kernel would compute from the unhoisted params, within the float32 conformance tolerance of
     the float64 reference, at half the time and memory of a float64 product."""
     dt = np.dtype(dtype)
-    return bind_params(graph, params, dtype=dt, compute_dtype=dt, only=set(_used_params(graph)))
+    return bind_params(graph, params, dtype=dt, compute_dtype=dt, only=_bound_names(graph))
 
 
 def bound_params_deferred(graph: RecursiveGraph, params: Mapping[str, np.ndarray],
@@ -164,7 +165,14 @@ def bound_params_deferred(graph: RecursiveGraph, params: Mapping[str, np.ndarray
     when the graph has none): for a host runtime, which reads the arrays in place."""
     from cortex.core.runtime.token_tables import bind_deferred
 
-    return bind_deferred(graph, params, dtype, only=set(_used_params(graph)))
+    return bind_deferred(graph, params, dtype, only=_bound_names(graph))
+
+
+def _bound_names(graph: RecursiveGraph) -> set[str]:
+    """The params a program lowered from ``graph`` may read, whatever its schedule: those its
+    cases read and the leaf-state tables a ``leaf_tables`` leaf loop reads (made anyway, as the
+    sources of level 1's tables)."""
+    return set(_used_params(graph)) | set(leaf_tables(graph).values())
 
 
 def lower(graph: RecursiveGraph, schedule: Schedule, capabilities: Capabilities,
@@ -186,7 +194,13 @@ def lower(graph: RecursiveGraph, schedule: Schedule, capabilities: Capabilities,
         notes.extend(refactored.notes)
     names = NameGen(set(SIZE_NAMES) | set(INDEX_BUFFERS) | _C_RESERVED | _C_MACROS | {"l", "lh", "u", "v", "w", "ph", "phh", "g", "gi"})
     state_buf = {s.name: _ident(names, s.name) for s in lgraph.states}
-    used_params = _used_params(graph)
+    has_pre = schedule.leaf_specialization and any(c.name == "preterminal" for c in lgraph.cases)
+    # the leaf loop from the leaf-state tables (lowering.leaf_tables) where level 1 has them
+    tabled = leaf_table_case(lgraph) if schedule.leaf_tables and has_pre and not schedule.refactor else None
+    # the params the lowered cases read (with the tables, the leaf case's own are read by the
+    # tables' recipes only: no buffer of the program)
+    used_params = _used_params(graph) if tabled is None else _used_params(
+        graph, [c for c in graph.cases if c.name != "leaf"] + [tabled])
     derived = {d.name: d for d in graph.derived}
     param_buf = {p: _ident(names, _param_base(p, derived)) for p in used_params}
     input_buf = {}
@@ -201,9 +215,11 @@ def lower(graph: RecursiveGraph, schedule: Schedule, capabilities: Capabilities,
         group_barrier=caps.has_grid and caps.group_barrier,
     )
     ctx.schedule_nest = lambda stmt, var, extent, reduces: schedule_nest(stmt, var, extent, reduces, schedule, caps, ctx)
-    leaf = CaseLowering(ctx, lgraph.case("leaf"), "l")
+    leaf = CaseLowering(ctx, tabled or lgraph.case("leaf"), "l")
+    if tabled is not None:
+        notes.append("leaf_tables: the leaf loop reads its states from the leaf-state tables ("
+                     + ", ".join(param_buf[v.attr("name")] for v in tabled.values if v.op == "param") + ")")
     internal = CaseLowering(ctx, lgraph.case("internal"), "n")
-    has_pre = schedule.leaf_specialization and any(c.name == "preterminal" for c in lgraph.cases)
     pre = CaseLowering(ctx, lgraph.case("preterminal"), "p") if has_pre else None
 
     N, L, NL = Var("N"), Var("L"), Var("NL")
@@ -357,9 +373,10 @@ def _param_base(name: str, derived: dict) -> str:
     return f"{stem}_{'stack' if d.recipe == 'concat0' else 'proj'}"
 
 
-def _used_params(graph: RecursiveGraph) -> list[str]:
+def _used_params(graph: RecursiveGraph, cases: Sequence[Case] | None = None) -> list[str]:
+    """The params ``cases`` (by default every case of ``graph``) read, in order."""
     seen: list[str] = []
-    for case in graph.cases:
+    for case in graph.cases if cases is None else cases:
         for v in case.values:
             if v.op == "param" and v.attr("name") not in seen:
                 seen.append(v.attr("name"))

@@ -76,6 +76,7 @@ class Schedule:
     level_split: str = "static"
     k_block: int = 0
     tree_groups: int = 1
+    leaf_tables: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

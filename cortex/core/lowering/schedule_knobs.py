@@ -71,6 +71,9 @@ preference in ``Capabilities.preferred`` and the rule takes it when it is legal.
                        partial sums in a panel (``lowering.k_blocks``; 0 = the whole range)
 ``tree_groups``        work-groups the one-work-group form runs a batch of several trees as,
                        each walking its own trees' levels (1 = off; ``linearize.groups``)
+``leaf_tables``        the leaf loop copies each leaf's states from the ``leaf_state`` tables of a
+                       graph with a level-1 case, instead of running the leaf case
+                       (``lowering.leaf_tables``)
 =====================  ========================================================================
 """
 
@@ -266,6 +269,12 @@ def space_knobs(caps: Capabilities, dtype: str) -> tuple[tuple[Knob, ...], tuple
              "work-groups a batch of several trees runs as in the one-work-group form (1 = one)",
              groups_rule, active=lambda s: s["kernel_form"] == "auto", needs=("kernel_form",),
              when="kernel_form == 'auto'"),
+        knob("leaf_tables", (False, True), cpu, "the leaf loop reads its states from the leaf-state tables "
+             "that level 1 has (lowering.leaf_tables)",
+             "on: a row copy per state instead of the leaf's activations" if cpu
+             else "off: a device gets the tables whole at compile time",
+             active=lambda s: s["leaf_specialization"], needs=("leaf_specialization",),
+             when="leaf_specialization"),
     )
     constraints = (
         Constraint("tile_hidden must be 0 or a multiple of vector_width",

@@ -100,12 +100,16 @@ class TokenTables:
         self._on_rows: Callable[[np.ndarray], Any] | None = None
 
     def attach(self, arrays: Mapping[str, np.ndarray], on_rows: Callable[[np.ndarray], Any] | None = None) -> None:
-        """The arrays (by table name) the program reads: C-contiguous host arrays, row-major;
+        """The arrays (by table name) the program reads: C-contiguous host arrays, row-major (a
+        table none of them holds gets zero pages of its own: one that only other tables' recipes
+        read, such as a ``leaf_state`` table under ``leaf_tables=False``);
         ``on_rows(rows)`` is called after each fill with the rows it wrote (sorted, distinct),
         e.g. to copy them to a device (``Runtime.refresh_rows``)."""
         self._on_rows = on_rows
         for name in self.names:
-            if name in self.arrays and name not in arrays:
+            if name not in arrays:
+                if name not in self.arrays:  # bound, but no buffer of this schedule's program
+                    self.arrays[name] = sparse_zeros(self._derived[name].shape, self.dtype)
                 continue  # our own storage
             a = arrays[name]
             if not isinstance(a, np.ndarray) or not a.flags.c_contiguous or a.shape != self._derived[name].shape:
