@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from llvmlite import ir as ll
 
 from cortex.core import loopir as ir
+from cortex.core.loopir.verify import affine
 from cortex.plugins.cpu_llvm.amx import require_amx
 from cortex.plugins.cpu_llvm.ir_queries import _var_names
 from cortex.plugins.cpu_llvm.lanes import _VecCtx
@@ -82,26 +83,10 @@ class Gemv:
     updates: tuple[tuple[str, ir.Expr, int, int], ...]
 
 
-def _affine(e: ir.Expr, var: str) -> tuple[int, int] | None:
-    """``(a, b)`` with ``e == a * var + b`` (constants), or None."""
-    c = ir.const_int(e)
-    if c is not None:
-        return 0, c
-    if isinstance(e, ir.Var):
-        return (1, 0) if e.name == var else None
-    if isinstance(e, ir.BinOp) and e.op in ("+", "-"):
-        x, y = _affine(e.a, var), _affine(e.b, var)
-        if x is None or y is None:
-            return None
-        s = 1 if e.op == "+" else -1
-        return x[0] + s * y[0], x[1] + s * y[1]
-    if isinstance(e, ir.BinOp) and e.op == "*":
-        for p, q in ((e.a, e.b), (e.b, e.a)):
-            c = ir.const_int(q)
-            x = _affine(p, var) if c is not None else None
-            if x is not None:
-                return x[0] * c, x[1] * c
-    return None
+def _in_k(e: ir.Expr, var: str) -> tuple[int, int] | None:
+    """``(a, b)`` with ``e == a * var + b`` (constants), or None (the verifier's affine forms)."""
+    form = affine(e, {var})
+    return None if form is None else (dict(form.terms).get(var, 0), form.const)
 
 
 def _lane_base(e: ir.Expr, lane: str) -> ir.Expr | None:
@@ -167,7 +152,7 @@ def match_gemv(s: ir.For, buffer_of, allocs) -> Gemv | None:
             return None
         if any(not free.isdisjoint(_var_names(i)) for i in w.index[:-2] + x.index[:-1]):
             return None
-        ab = _affine(x.index[-1], kv)
+        ab = _in_k(x.index[-1], kv)
         if ab is None or ab[0] < 1 or not 0 <= ab[1] < ab[0] or unroll not in (None, ab[0]):
             return None
         unroll = ab[0]
@@ -249,7 +234,7 @@ class _AmxGemv:
         stored = decl("llvm.x86.tilestored64.internal", VOID, [I16, I16, PTR, I64, AMX])
         zero = decl("llvm.x86.tilezero.internal", AMX, [I16, I16])
         rows, colsb = ll.Constant(I16, MAX_ROWS), ll.Constant(I16, 2 * K_TILE)
-        i64 = lambda v: ll.Constant(I64, v)  # noqa: E731
+        i64 = lambda v: ll.Constant(I64, v)
         stage, out, weights = fn.args[0], fn.args[1], fn.args[2:]
         entry = fn.append_basic_block("entry")
         body_bb, done = fn.append_basic_block("k"), fn.append_basic_block("done")
