@@ -183,7 +183,7 @@ def test_cuda_compiles_with_nvcc_for_sm_90(tmp_path):
                                 "minmax": render(_minmax_program("float32"), "cuda")})
     path = tmp_path / "kernels.cu"
     path.write_text(src)
-    r = subprocess.run([NVCC, "-c", "-arch=sm_90", str(path), "-o", str(tmp_path / "kernels.o")],
+    r = subprocess.run([NVCC, "-cubin", "-arch=sm_90", str(path), "-o", str(tmp_path / "kernels.cubin")],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, f"nvcc failed:\n{r.stdout}{r.stderr}\n--- source ---\n{src}"
 

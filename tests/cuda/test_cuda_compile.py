@@ -89,15 +89,22 @@ def test_every_zoo_model_compiles_to_a_cubin_for_sm_90(backend):
                      if k.endswith("single") and ("TreeLSTM" in k or "ChildSum" in k)})
     sources = [backend.renderer.render(p) for p in programs.values()]
     assert all(isinstance(s, CudaSource) and s.program is p for s, p in zip(sources, programs.values()))
-    cubins = backend.compiler.compile_many(sources, OPTIONS)
-    assert backend.compiler.nvcc_runs == len(sources)
+    # compiled: every per-level program, the persistent (default) programs of the models of
+    # COMPILED_SINGLE and the float64 ones; the conformance suite on cuda compiles every model's default program
+    # in both float types, so the rest are checked as rendered and planned only
+    compiled = [i for i, label in enumerate(programs) if not label.endswith("single") or _compiled_single(label)]
+    cubins = dict(zip(compiled, backend.compiler.compile_many([sources[i] for i in compiled], OPTIONS)))
+    assert backend.compiler.nvcc_runs == len(compiled)
     assert sum(1 for p in programs.values() if lane_widths(p) == {32}) >= len(programs) // 2  # auto lanes
-    for (label, p), src, cubin in zip(programs.items(), sources, cubins):
-        assert cubin.arch == "sm_90" and cubin.image[:4] == b"\x7fELF" and cubin.program is p, label
-        resources = cubin.resources()
+    for i, ((label, p), src) in enumerate(zip(programs.items(), sources)):
+        cubin = cubins.get(i)
+        if cubin is not None:
+            assert cubin.arch == "sm_90" and cubin.image[:4] == b"\x7fELF" and cubin.program is p, label
+        resources = cubin.resources() if cubin is not None else None
         for k in p.kernels:
             plan = KernelPlan(p, k.name, 256)
-            assert plan.symbol in resources, (label, plan.symbol)
+            assert resources is None or plan.symbol in resources, (label, plan.symbol)
+            assert plan.symbol in src, (label, plan.symbol)
             if label.endswith("single") or label.endswith("single_f64"):
                 # the persistent form: the level loop inside one kernel, a grid barrier between
                 # levels, launched cooperatively
@@ -105,6 +112,20 @@ def test_every_zoo_model_compiles_to_a_cubin_for_sm_90(backend):
                 assert plan.cooperative, label
             else:
                 assert "this_grid" not in src and not plan.cooperative, label
+
+
+#: The models whose persistent program (the cuda default) the tests here compile: one of each
+#: kind of cell (gated, child-sum, matrix products, grid, sequence); the conformance suite on
+#: cuda compiles every model's default program.
+COMPILED_SINGLE = ("TreeGRU", "TreeLSTM", "ChildSumTreeLSTM", "MVRNN", "DAGRNN", "SeqLSTM")
+#: ... and with lane reductions of 4: one fixed-arity, one child-sum, one with matrix products.
+LANES_SINGLE = ("TreeLSTM", "ChildSumTreeLSTM", "MVRNN")
+
+
+def _compiled_single(label: str, names: tuple[str, ...] = COMPILED_SINGLE) -> bool:
+    """``label`` (``{index}_{model}_single``) is the first zoo case of a model in ``names``."""
+    index, name, _ = label.split("_", 2)
+    return name in names and int(index) == next(i for i, c in enumerate(zoo_cases("float32")) if c[1] == name)
 
 
 def lane_widths(p) -> set[int]:
@@ -123,9 +144,10 @@ def test_every_zoo_model_with_lane_reductions_compiles_for_sm_90(backend, knobs)
     if knobs["reduce_lanes"] == 1:  # the form the lowering produced before lanes existed: render only
         assert not any(lane_widths(p) for p in programs.values()) and not any("__shfl" in s for s in sources)
         return
-    # compiled: the persistent form of every model (the per-level form's lane loops are the
-    # same statements in more kernels; at the default 32 lanes the test above compiles both)
-    single = [i for i, label in enumerate(programs) if label.endswith("single")]
+    # compiled: the persistent form of LANES_SINGLE's models (the per-level form's lane loops are
+    # the same statements in more kernels; at the default 32 lanes the test above compiles both);
+    # every model's lane loops are checked in the source below
+    single = [i for i, label in enumerate(programs) if label.endswith("single") and _compiled_single(label, LANES_SINGLE)]
     cubins = dict(zip(single, backend.compiler.compile_many([sources[i] for i in single], OPTIONS)))
     gemv = 0
     for i, ((label, p), src) in enumerate(zip(programs.items(), sources)):
