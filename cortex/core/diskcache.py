@@ -31,7 +31,8 @@ Entries are never evicted; ``cortex cache --clear`` (or removing the directory) 
 Two hooks serve saving and pickling executables (:mod:`cortex.core.persist`):
 :func:`recording` collects every entry a compile read or wrote, and :func:`preloaded` offers
 entries (from a saved file) that a ``get`` returns before looking at the disk; entries
-offered so are never written to the disk.
+offered so are never written to the disk. :meth:`DiskCache.carry` records an entry for saving
+only, made when it is saved: for artifacts that cost a compile of their own to obtain.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ import threading
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Callable, Iterator, Mapping
 
 #: The environment variables: the cache's root directory, and the switch (``0`` turns it off).
 ENV_DIR = "CORTEX_CACHE_DIR"
@@ -162,12 +163,22 @@ def _warn_once(path: Path, what: str) -> None:
 @dataclass(frozen=True)
 class Entry:
     """One entry a compile read or wrote (see :func:`recording`); ``origin``: ``"disk"`` (read
-    from the cache), ``"saved"`` (offered by :func:`preloaded`) or ``"new"`` (just made)."""
+    from the cache), ``"saved"`` (offered by :func:`preloaded`) or ``"new"`` (just made).
+
+    ``payload`` is the bytes, or the
+    function that makes them (:meth:`DiskCache.carry`): called once, the first time
+    :attr:`data` is read (when the executable is saved or pickled)."""
 
     namespace: str
     key: str
-    data: bytes = field(repr=False)
+    payload: bytes | Callable[[], bytes] = field(repr=False)
     origin: str = "new"
+
+    @property
+    def data(self) -> bytes:
+        if callable(self.payload):
+            object.__setattr__(self, "payload", bytes(self.payload()))
+        return self.payload  # type: ignore[return-value]
 
 
 _RECORDING: contextvars.ContextVar[list[Entry] | None] = contextvars.ContextVar("cortex_cache_recording", default=None)
@@ -197,7 +208,7 @@ def preloaded(entries: Mapping[tuple[str, str], bytes]) -> Iterator[None]:
         _PRELOADED.reset(token)
 
 
-def _record(namespace: str, key: str, data: bytes, origin: str) -> None:
+def _record(namespace: str, key: str, data: bytes | Callable[[], bytes], origin: str) -> None:
     found = _RECORDING.get()
     if found is not None and not any(e.namespace == namespace and e.key == key for e in found):
         found.append(Entry(namespace, key, data, origin))
@@ -319,6 +330,14 @@ class DiskCache:
             _warn_once(path.parent, f"cannot write to {path.parent} ({e.strerror or e}); "
                                     "compiling without storing what is compiled")
             return False
+
+    def carry(self, key: str, make: Callable[[], bytes]) -> None:
+        """An entry that a saved or pickled executable carries but the disk does not get:
+        ``make`` runs only when the executable is saved or pickled. For an artifact whose bytes
+        cost a compile of their own to obtain, where the driver already keeps its builds (PoCL
+        compiles every kernel once more to hand out a program binary, and caches its builds
+        itself)."""
+        _record(self.namespace, key, make, "new")
 
     def entries(self) -> list[Path]:
         """The entry files of this namespace (no checks)."""

@@ -179,7 +179,14 @@ needs_opencl = pytest.mark.skipif(
 
 
 @needs_opencl
-def test_opencl_builds_from_the_cached_binary_and_round_trips_a_file(fresh_cache, tmp_path):
+def test_opencl_builds_from_the_cached_binary_and_round_trips_a_file(fresh_cache, tmp_path, monkeypatch):
+    """A driver that does not cache its builds: the program binary goes to the disk cache."""
+    from dataclasses import replace
+
+    from cortex.plugins.opencl.device import device_for
+
+    device = device_for("")
+    monkeypatch.setattr(device, "info", replace(device.info, driver_caches_builds=False))
     first = cortex.compile(_model(), target="opencl")
     assert first.backend.compiler.builds == 1 and _origins(first) == {"lowered": "new", "sources": "new", "opencl": "new"}
     again = cortex.compile(_model(), target="opencl")
@@ -189,6 +196,34 @@ def test_opencl_builds_from_the_cached_binary_and_round_trips_a_file(fresh_cache
     loaded = cortex.load(first.save(tmp_path / "cl.cortex"))
     assert loaded.backend.compiler.builds == 0 and _origins(loaded) == {"lowered": "saved", "sources": "saved", "opencl": "saved"}
     _equal(loaded(TREES), want)
+
+
+@needs_opencl
+def test_opencl_on_a_driver_with_its_own_build_cache_makes_the_binary_only_to_save(fresh_cache, tmp_path, monkeypatch):
+    """PoCL caches its builds; asking it for a binary compiles every kernel once more, so the
+    compile leaves the binary out of the disk cache and makes it when the executable is saved
+    or pickled: the saved file and the pickle still carry it."""
+    from dataclasses import replace
+
+    from cortex.plugins.opencl.device import device_for
+
+    device = device_for("")
+    monkeypatch.setattr(device, "info", replace(device.info, driver_caches_builds=True))
+    first = cortex.compile(_model(), target="opencl")
+    assert first.backend.compiler.builds == 1 and _origins(first) == {"lowered": "new", "sources": "new", "opencl": "new"}
+    stored = fresh_cache / "opencl"
+    assert not stored.exists() or not any(stored.iterdir())  # nothing written to the disk
+    entry = next(e for e in first.cache_entries if e.namespace == "opencl")
+    assert callable(entry.payload), "the binary was made at compile time"
+    again = cortex.compile(_model(), target="opencl")  # from source again: the driver's cache
+    assert again.backend.compiler.builds == 1 and _origins(again)["opencl"] == "new"
+    want = first(TREES)
+    _equal(again(TREES), want)
+    loaded = cortex.load(first.save(tmp_path / "cl.cortex"))
+    assert isinstance(entry.payload, bytes) and len(entry.payload) > 0  # made by the save
+    assert loaded.backend.compiler.builds == 0 and _origins(loaded)["opencl"] == "saved"
+    _equal(loaded(TREES), want)
+    _equal(pickle.loads(pickle.dumps(first))(TREES), want)
 
 
 @needs_opencl

@@ -11,13 +11,17 @@ Pipeline position: the codegen and compile stages of the ``opencl`` backend.
 * :class:`OpenCLCompiler` builds it with pyopencl for the chosen device, once per source and
   flags in a process, and keeps the program binary in the disk cache's ``opencl`` namespace
   (:mod:`cortex.core.diskcache`), keyed by the source, the flags, the device, its driver and
-  pyopencl's version: a later process builds from the binary. A build failure raises
+  pyopencl's version: a later process builds from the binary. Where the driver caches its
+  builds itself (PoCL), the binary is not asked for at build time (PoCL would compile every
+  kernel once more to make it); it is made when the executable is saved or pickled, and a
+  later process builds from source, a hit in the driver's cache. A build failure raises
   :class:`OpenCLBuildError` with the driver's build log and the source lines it names (the
   whole source is the error's ``source``; nothing is left in the temporary directory).
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import replace
 from importlib import metadata
@@ -186,16 +190,19 @@ class OpenCLCompiler(Compiler):
             return found
         key = digest("cortex-opencl-binary 1", self.identity, text, "\0".join(options))
         binary = self.cache.get(key)
-        built = self._from_binary(binary, options) if binary is not None else None
+        built = self._from_binary(binary, options) if binary else None
         if built is None:
             built = self._from_source(text, name, options)
             self.builds += 1
-            try:
-                binaries = built.get_info(_cl().program_info.BINARIES)
-            except Exception:  # noqa: BLE001 - a driver without binaries is not cached
-                binaries = []
-            if len(binaries) == 1 and binaries[0]:
-                self.cache.put(key, bytes(binaries[0]))
+            if self.device.info.driver_caches_builds:
+                # the driver's own cache holds this build for the next process; its binary
+                # (another compile of every kernel on PoCL: 2.3x a cold build) is made only
+                # when the executable is saved or pickled
+                self.cache.carry(key, functools.partial(_binary_of, built))
+            else:
+                binary = _binary_of(built)
+                if binary:
+                    self.cache.put(key, binary)
         self._built[(text, options)] = built
         return built
 
@@ -232,6 +239,15 @@ class OpenCLCompiler(Compiler):
         built = self.build(str(source), program.name, flags)
         return CompiledProgram(program, built, self.device,
                                work_group_size=int(options.get("work_group_size", 0) or 0), form=form)
+
+
+def _binary_of(built: Any) -> bytes:
+    """The program binary of a built ``cl.Program`` (b"" when the driver gives none)."""
+    try:
+        binaries = built.get_info(_cl().program_info.BINARIES)
+    except Exception:  # noqa: BLE001 - a driver without binaries is not cached
+        return b""
+    return bytes(binaries[0]) if len(binaries) == 1 and binaries[0] else b""
 
 
 def _cl() -> Any:

@@ -58,6 +58,10 @@ class DeviceInfo:
     native_float_lanes: int
     fp64: bool
     driver: str
+    #: the driver keeps its own cache of builds across processes (PoCL's kernel cache, unless
+    #: ``POCL_KERNEL_CACHE=0``): a program built again from source is a cache hit there, while
+    #: asking PoCL for a program binary compiles every kernel once more (see compiler.py)
+    driver_caches_builds: bool = False
 
     @property
     def label(self) -> str:
@@ -168,7 +172,18 @@ def describe(device: Any) -> DeviceInfo:
         native_float_lanes=max(1, lanes),
         fp64=fp64,
         driver=f"{device.platform.version.strip()}; driver {device.driver_version.strip()}",
+        driver_caches_builds=_driver_caches_builds(device.platform.name),
     )
+
+
+#: The platform name PoCL reports.
+POCL_PLATFORM = "Portable Computing Language"
+
+
+def _driver_caches_builds(platform: str) -> bool:
+    """PoCL keeps every build in its kernel cache (``POCL_KERNEL_CACHE``, on by default)."""
+    cache = os.environ.get("POCL_KERNEL_CACHE", "1").strip().lower()
+    return platform.strip() == POCL_PLATFORM and cache not in ("0", "false", "no", "off")
 
 
 #: The schedule knobs whose best value depends on this backend on a CPU device (PoCL), measured
