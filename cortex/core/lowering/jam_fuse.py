@@ -22,7 +22,8 @@ loads or reductions are inlined) and reads nothing the block stores except the r
 nodes named by a node let loaded from an index buffer (a child: nodes of a level are never each
 other's children), so computing them before the body's stores is legal. Other reductions stay
 in the body, per node. Sums sharing a range go into one loop up to the accumulator budget
-(``accumulators`` SIMD registers: ``accumulators // (m * registers per slot)`` sums a loop), in
+(``accumulators`` SIMD registers: ``accumulators // (m * registers per slot)`` sums a loop) and
+the row budget (``rows // m`` distinct node rows per node: each row's address is a register), in
 the order of first use, each loop taking the siblings that share most loads with its first sum
 (a child's ``h[c, k]`` then feeds several weight rows), the loops' shares as even as they go.
 Each weight vector is then loaded once per step for the group's ``m`` nodes: the register
