@@ -64,6 +64,14 @@ def _same(a: ir.Program, b: ir.Program, bufs: dict, sizes: dict) -> None:
             np.testing.assert_allclose(got[name], want[name], rtol=1e-12, atol=1e-12)
 
 
+def _fused_loops(program: ir.Program) -> list[ir.For]:
+    """The level kernel's fused reduction loops (a serial loop around a vector loop of
+    accumulator updates)."""
+    return [x for x in ir.walk(program.kernel("level").body) if isinstance(x, ir.For) and x.kind == "serial"
+            and isinstance(x.body, ir.For) and x.body.kind == "vectorized"
+            and any(isinstance(s, ir.Store) and s.buffer.startswith("acc") for s in ir.walk(x.body))]
+
+
 def test_stages_halve_the_group_and_pad_from_three_quarters():
     assert stages(8, True) == ((8, 6), (4, 3), (2, 2), (1, 1))
     assert stages(8, False) == ((8, 8), (4, 4), (2, 2), (1, 1))
@@ -107,16 +115,31 @@ def test_every_level_width_runs_through_the_stages():
 def test_fused_loops_keep_within_the_accumulator_budget_and_share_loads():
     program = _serial_hidden(tree_lstm(form="per_level", dtype="float64", H=8))
     jammed, _ = _jam(program, JamOptions(nodes=2, accumulators=6, register_lanes=4, unroll=1))
-    level = jammed.kernel("level")
-    fused = [x for x in ir.walk(level.body) if isinstance(x, ir.For) and x.kind == "serial"
-             and isinstance(x.body, ir.For) and x.body.kind == "vectorized"
-             and any(isinstance(s, ir.Store) and s.buffer.startswith("acc") for s in ir.walk(x.body))]
+    fused = _fused_loops(jammed)
     assert fused
     for loop in fused:
         slots = {s.index for s in ir.walk(loop) if isinstance(s, ir.Store)}
         assert len(slots) <= 6  # accumulators (one register each here) per loop
         weights = [s for s in ir.walk(loop) if isinstance(s, ir.Let) and s.var.startswith("w")]
         assert weights and len(weights) == len({w.value for w in weights})  # each weight vector once
+
+
+def test_fused_loops_read_at_most_the_row_budget_and_keep_a_childs_gates_together():
+    """``rows`` 2: a group of 2 or 4 nodes reads one child row per node a loop, so the left and
+    right children's sums go to different loops, while the gates over one child share theirs;
+    a single node reads both children in one loop."""
+    program, bufs, sizes = _case("tree_lstm", seed=5, drop_children=True)
+    program = _serial_hidden(program)
+    opts = JamOptions(nodes=4, pad=False, accumulators=24, register_lanes=4, unroll=1, rows=2)
+    jammed, _ = _jam(program, opts)
+    fused = _fused_loops(jammed)
+    rows = [{ld.index[0] for ld in ir.walk(x) if isinstance(ld, ir.Load) and ld.buffer == "h"} for x in fused]
+    slots = [{s.index for s in ir.walk(x) if isinstance(s, ir.Store)} for x in fused]
+    assert max(len(r) for r in rows) == 4  # 4 nodes x 1 child
+    assert any(len(r) == 4 and len(a) == 20 for r, a in zip(rows, slots))  # 5 gates of a child x 4 nodes
+    assert len(fused) > len(_fused_loops(_jam(program, replace(opts, rows=0))[0]))
+    verify(jammed)
+    _same(program, jammed, bufs, sizes)
 
 
 def test_a_node_dependent_range_is_not_fused():

@@ -26,7 +26,7 @@ def test_knob_names_are_the_ones_the_lowering_reads():
                           "hidden_jam", "weight_block", "wide_lanes", "prefetch", "node_chunk", "hidden_tiles",
                           "single_group_nodes", "state_layout", "state_block", "refactor", "recursive_unroll", "bf16_dot",
                           "hoist_projections", "row_jam",
-                          "panel_kib", "level_split", "k_block", "tree_groups", "leaf_tables")
+                          "panel_kib", "level_split", "k_block", "tree_groups", "leaf_tables", "jam_rows")
     assert tuple(k.name for k in ScheduleSpace(CPU).knobs) == KNOB_NAMES
 
 
@@ -147,6 +147,9 @@ def test_defaults_record_their_rule_and_follow_the_knobs_given():
     s, src = sp.resolve(None)
     assert s.node_jam == 8 and "preference" in src["node_jam"]
     assert s.jam_accumulators == 24 and "32 SIMD registers" in src["jam_accumulators"]
+    assert s.jam_rows == 0 and "unknown" in src["jam_rows"]  # no limit where the registers are unknown
+    s_x86, src_x86 = ScheduleSpace(replace(caps, address_registers=16)).resolve(None)
+    assert s_x86.jam_rows == 8 and "16 general-purpose registers" in src_x86["jam_rows"]
     s2, src2 = sp.resolve({"vector_width": 8})
     assert src2["vector_width"] == "user"
     assert s2.hidden_jam == 8 and s2.weight_block == 8  # derived defaults follow the given knob

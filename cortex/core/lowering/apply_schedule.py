@@ -210,7 +210,7 @@ def apply_loop_schedule(program: ir.Program, s: Schedule, caps: Capabilities) ->
     lanes = caps.vector_lanes(_itemsize(_float_dtype(program)))
     opts = JamOptions(nodes=s.node_jam, pad=s.jam_pad, accumulators=s.jam_accumulators,
                       register_lanes=lanes if lanes > 1 else s.hidden_jam, unroll=s.jam_unroll,
-                      interleave=s.jam_interleave)
+                      interleave=s.jam_interleave, rows=s.jam_rows)
     blocked = 0
     if s.interchange and s.panel_kib:
         # one chunk of hidden blocks per thread; claimed at run time, in CLAIMS_PER_THREAD units
@@ -232,13 +232,15 @@ def apply_loop_schedule(program: ir.Program, s: Schedule, caps: Capabilities) ->
         notes.append(f"node_jam={s.node_jam}: {n} level loops jammed"
                      f"{'' if s.interchange else ' (work units of hidden block x node chunk)'} in groups of "
                      f"{'/'.join(str(m) for m, _ in stages(s.node_jam, s.jam_pad))} nodes, "
-                     f"{s.hidden_jam} hidden units, fused loops of at most {s.jam_accumulators} accumulators, "
+                     f"{s.hidden_jam} hidden units, fused loops of at most {s.jam_accumulators} accumulators"
+                     f"{f' and {s.jam_rows} node rows' if s.jam_rows else ''}, "
                      f"{s.jam_unroll} steps a trip")
     if s.row_jam > 1:
         lanes = caps.vector_lanes(_itemsize(_float_dtype(program)))
         program, n = jam_rows(program, JamOptions(nodes=s.row_jam, pad=s.jam_pad, accumulators=s.jam_accumulators,
                                                   register_lanes=lanes if lanes > 1 else s.hidden_jam,
-                                                  unroll=s.jam_unroll, interleave=s.jam_interleave))
+                                                  unroll=s.jam_unroll, interleave=s.jam_interleave,
+                                                  rows=s.jam_rows))
         notes.append(f"row_jam={s.row_jam}: {n} matrix nests' row loops jammed in groups of "
                      f"{'/'.join(str(m) for m, _ in stages(s.row_jam, s.jam_pad))} rows")
     if s.prefetch:

@@ -59,7 +59,7 @@ from cortex.core.lowering.cases import NameGen
 @dataclass(frozen=True)
 class JamOptions:
     """The node-jam knobs (``Schedule.node_jam``, ``jam_pad``, ``jam_accumulators``,
-    ``jam_unroll``) and the register width that counts accumulators."""
+    ``jam_unroll``, ``jam_rows``) and the register width that counts accumulators."""
 
     nodes: int = 8  # the first stage's group size (1: no jam)
     pad: bool = True  # a short group repeats its last node where that is legal
@@ -67,6 +67,15 @@ class JamOptions:
     register_lanes: int = 16  # lanes of one SIMD register for the program's float type
     unroll: int = 1  # steps of a fused reduction loop per trip (a constant trip count it divides)
     interleave: bool = True  # the group's body let by let for every node (else node by node)
+    rows: int = 0  # node rows (their addresses) one fused loop reads per step, all nodes (0: no limit)
+
+
+def loop_plan(sums: list, opts: JamOptions, m: int, regs: int) -> list[list]:
+    """The fused loops of a group of ``m`` nodes (``jam_fuse.plan_loops``): at most
+    ``accumulators // (m * regs)`` sums a loop (``regs`` registers per accumulator slot) and at
+    most ``rows // m`` distinct rows per node (at least one sum a loop either way)."""
+    per_loop = max(1, opts.accumulators // (m * regs))
+    return fuse.plan_loops(sums, per_loop, max(1, opts.rows // m) if opts.rows else 0)
 
 
 def stages(nodes: int, pad: bool) -> tuple[tuple[int, int], ...]:
@@ -260,8 +269,7 @@ def jam_node_loop(loop: ir.For, opts: JamOptions, program: ir.Program, names: Na
 
     def group(m: int) -> ir.Stmt:
         """Nodes ``v0 .. v0 + m - 1`` jammed."""
-        per_loop = max(1, opts.accumulators // (m * w.regs))
-        loops = fuse.plan_loops(w.sums, per_loop)
+        loops = loop_plan(w.sums, opts, m, w.regs)
         return fuse.jammed_block(w.blk, m, w.envs[:m], w.sums, loops, opts.unroll, names, opts.interleave)
 
     walk = cursor_walk(w, opts, group, plain_body(w, names), names)

@@ -22,7 +22,8 @@ loads or reductions are inlined) and reads nothing the block stores except the r
 nodes named by a node let loaded from an index buffer (a child: nodes of a level are never each
 other's children), so computing them before the body's stores is legal. Other reductions stay
 in the body, per node. Sums sharing a range go into one loop up to the accumulator budget
-(``accumulators`` SIMD registers: ``accumulators // (m * registers per slot)`` sums a loop), in
+(``accumulators`` SIMD registers: ``accumulators // (m * registers per slot)`` sums a loop) and
+the row budget (``rows // m`` distinct node rows per node: each row's address is a register), in
 the order of first use, each loop taking the siblings that share most loads with its first sum
 (a child's ``h[c, k]`` then feeds several weight rows), the loops' shares as even as they go.
 Each weight vector is then loaded once per step for the group's ``m`` nodes: the register
@@ -110,6 +111,7 @@ class Sum:
     node: ir.Reduce
     body: ir.Expr
     loads: frozenset[ir.Load]
+    gathers: frozenset[ir.Load] = frozenset()  # those of ``loads`` at a node's own rows (its children's)
 
 
 def fusable_sums(blk: Block) -> list[Sum]:
@@ -127,7 +129,8 @@ def fusable_sums(blk: Block) -> list[Sum]:
             if any(isinstance(n, ir.BinOp) and n.op in ("//", "%") for n in ir.walk(body)):
                 body = split_lane(body, blk.lane, blk.width)  # type: ignore[assignment]
             canon = ir.substitute(body, {r.var: ir.Var("k")})
-            out.append(Sum(r, body, frozenset(n for n in ir.walk(canon) if isinstance(n, ir.Load))))
+            loads = frozenset(n for n in ir.walk(canon) if isinstance(n, ir.Load))
+            out.append(Sum(r, body, loads, frozenset(ld for ld in loads if free_names(ld) & node_names)))
     return out
 
 
@@ -193,12 +196,18 @@ def first_uses(body: ir.Stmt) -> list[ir.Reduce]:
     return out
 
 
-def plan_loops(sums: list[Sum], per_loop: int) -> list[list[Sum]]:
+def plan_loops(sums: list[Sum], per_loop: int, gathers: int = 0) -> list[list[Sum]]:
     """Group ``sums`` (in order of first use) into loops of at most ``per_loop``: each loop
     starts with the first sum not yet placed and takes the siblings over the same range that
     share most loads with it (its body over the same variable), its share of the rest as even
     as the loops go (10 sums at most 3 a loop: 3 3 2 2, not 3 3 3 1 -- a loop of one sum per node
-    has too few accumulators to hide the FMA latency and loads a weight for every FMA)."""
+    has too few accumulators to hide the FMA latency and loads a weight for every FMA).
+
+    ``gathers`` (0: no limit) caps the distinct node rows a loop reads per node (``Sum.gathers``:
+    a child's ``h[c, k]``, the node's own ``t[v, k]``): a sibling whose rows would take the loop
+    past it waits for a later loop. Each such row is an address the loop keeps per node of the
+    group, so the cap keeps a group's row addresses in the general-purpose registers; siblings
+    that share their rows (the gates of one child) join freely."""
     placed: set[Sum] = set()
     loops: list[list[Sum]] = []
     for e in sums:
@@ -217,7 +226,14 @@ def plan_loops(sums: list[Sum], per_loop: int) -> list[list[Sum]]:
                 total = len(cands) + 1
                 n_loops = -(-total // (room + 1))
                 room = -(-total // n_loops) - 1
-        group = [e] + [s for _, _, s in cands[:room]]
+        group, rows = [e], set(e.gathers)
+        for _, _, s in cands:
+            if len(group) > room:
+                break
+            if gathers and len(rows | s.gathers) > gathers:
+                continue
+            group.append(s)
+            rows |= s.gathers
         placed.update(group)
         loops.append(group)
     return loops

@@ -42,7 +42,7 @@ from typing import Callable
 from cortex.core import loopir as ir
 from cortex.core.lowering import jam_fuse as fuse
 from cortex.core.lowering.cases import NameGen
-from cortex.core.lowering.jam import JamOptions, Walk, cursor_walk, plain_body, prepare_walk
+from cortex.core.lowering.jam import JamOptions, Walk, cursor_walk, loop_plan, plain_body, prepare_walk
 
 #: the name (a prefix: names are made fresh) of a block's panel of partial sums
 PANEL = "panel"
@@ -59,9 +59,8 @@ def _itemsize(dtype: str) -> int:
 def _plan(w: Walk, opts: JamOptions, k_block: int) -> list[tuple[list[fuse.Sum], int, int]] | None:
     """The fused loops of the largest group, each ``(sums, start, K blocks)``; None when a loop's
     range is not a constant (a node's children) or not whole K blocks, or no loop is cut."""
-    per_loop = max(1, opts.accumulators // (opts.nodes * w.regs))
     out = []
-    for group in fuse.plan_loops(w.sums, per_loop):
+    for group in loop_plan(w.sums, opts, opts.nodes, w.regs):
         a, b = ir.const_int(group[0].node.start), ir.const_int(group[0].node.stop)
         if a is None or b is None or b <= a:
             return None

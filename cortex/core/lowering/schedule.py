@@ -77,6 +77,7 @@ class Schedule:
     k_block: int = 0
     tree_groups: int = 1
     leaf_tables: bool = False
+    jam_rows: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         # every knob is a scalar, so a flat copy is ``dataclasses.asdict`` without its deep

@@ -74,6 +74,9 @@ preference in ``Capabilities.preferred`` and the rule takes it when it is legal.
 ``leaf_tables``        the leaf loop copies each leaf's states from the ``leaf_state`` tables of a
                        graph with a level-1 case, instead of running the leaf case
                        (``lowering.leaf_tables``)
+``jam_rows``           distinct node rows one fused reduction loop reads per step, over the
+                       group's nodes (a child's ``h[c, k]``, a node's own ``t[v, k]``): each is an
+                       address the loop keeps in a register (0 = no limit)
 =====================  ========================================================================
 """
 
@@ -165,6 +168,14 @@ def space_knobs(caps: Capabilities, dtype: str) -> tuple[tuple[Knob, ...], tuple
     panel_rule = (f"half of a core's {cache_kib} KiB cache (a power of two)" if panel
                   else "off: the cache size is unknown")
     jam = {"active": lambda s: s["node_jam"] > 1, "needs": ("node_jam",), "when": "node_jam > 1"}
+    # a fused loop keeps each node row it reads (per node of the group) at an address in a
+    # general-purpose register; past about half of them the loop reloads addresses from the stack
+    # every step (docs/lowering.md, "How many rows a fused loop reads")
+    addresses = caps.address_registers
+    rows = addresses // 2 if addresses else 0
+    rows_rule = (f"half of the {addresses} general-purpose registers (the rest hold the weights' "
+                 "addresses, the loop counter and the stack pointer)" if addresses
+                 else "no limit: the general-purpose registers are unknown")
 
     def hidden_jam(r: Mapping[str, Any]) -> tuple[int, str]:
         if r["vector_width"] > 1:
@@ -275,6 +286,9 @@ def space_knobs(caps: Capabilities, dtype: str) -> tuple[tuple[Knob, ...], tuple
              else "off: a device gets the tables whole at compile time",
              active=lambda s: s["leaf_specialization"], needs=("leaf_specialization",),
              when="leaf_specialization"),
+        knob("jam_rows", _with((0, 4, 8, 12, 16), rows) if cpu else (0,), rows if cpu else 0,
+             "distinct node rows a fused reduction loop reads per step (0 = no limit)",
+             rows_rule if cpu else "no jam", **jam),
     )
     constraints = (
         Constraint("tile_hidden must be 0 or a multiple of vector_width",

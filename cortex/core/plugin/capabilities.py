@@ -33,6 +33,9 @@ class Capabilities:
     # SIMD registers the generated code may keep values in (sizes a node jam's accumulator
     # budget: 32 zmm with AVX-512, 16 ymm with AVX2); 0 = unknown
     vector_registers: int = 0
+    # general-purpose registers the generated code may keep addresses in (sizes how many node
+    # rows one fused loop of a node jam reads: 16 on x86-64); 0 = unknown
+    address_registers: int = 0
     supports_fp64: bool = True
     # storage formats of weight matrices the code generator reads and widens to float32 (the
     # ``weights`` compile option, ``cortex.core.loopir.storage``); () = weights in the compute dtype only

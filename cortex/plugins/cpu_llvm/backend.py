@@ -19,6 +19,7 @@ preferences (:data:`PREFERRED`). The team runs the schedule's ``threads`` (``Pro
 from __future__ import annotations
 
 import functools
+import platform
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -79,6 +80,7 @@ def capabilities(options: Mapping[str, Any]) -> Capabilities:
         shared_memory_bytes=0,
         cache_bytes_per_core=l2_bytes_per_core() or (1 << 20),
         vector_bits=bits, vector_registers=32 if bits >= 512 else 16,
+        address_registers=16 if platform.machine().lower() in ("x86_64", "amd64") else 0,  # x86-64's
         supports_fp64=True, dialect="", single_call=True, prefetch=True, preferred=preferred,
         weight_storage=("bfloat16",),  # kernel.widen: i16 loads widened to float32
         bf16_dot=("widen", "pairs") + (("amx",) if amx else ()),  # kernel.pair_load; amx_gemv
