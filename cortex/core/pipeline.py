@@ -256,7 +256,7 @@ def neutral_schedule(schedule: "Schedule") -> "Schedule":
                    persistent=False, interchange=False, node_jam=1, wide_lanes=0, prefetch=0,
                    node_chunk=1, state_layout="row_major", refactor=False, recursive_unroll=1,
                    hoist_projections=False, row_jam=1, panel_kib=0,
-                   level_split="static", k_block=0, leaf_tables=False)
+                   level_split="static", k_block=0, leaf_tables=False, leaf_kids=False)
 
 
 def source_extension(backend: "Backend", source: Any) -> str:

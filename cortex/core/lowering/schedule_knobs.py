@@ -74,6 +74,8 @@ preference in ``Capabilities.preferred`` and the rule takes it when it is legal.
 ``leaf_tables``        the leaf loop copies each leaf's states from the ``leaf_state`` tables of a
                        graph with a level-1 case, instead of running the leaf case
                        (``lowering.leaf_tables``)
+``leaf_kids``          a level's nodes with a leaf child read that child's projections from the
+                       level-1 case's tables, in node loops of their own (``lowering.leaf_kids``)
 =====================  ========================================================================
 """
 
@@ -272,6 +274,12 @@ def space_knobs(caps: Capabilities, dtype: str) -> tuple[tuple[Knob, ...], tuple
         knob("leaf_tables", (False, True), cpu, "the leaf loop reads its states from the leaf-state tables "
              "that level 1 has (lowering.leaf_tables)",
              "on: a row copy per state instead of the leaf's activations" if cpu
+             else "off: a device gets the tables whole at compile time",
+             active=lambda s: s["leaf_specialization"], needs=("leaf_specialization",),
+             when="leaf_specialization"),
+        knob("leaf_kids", (False, True), cpu, "a level's nodes with a leaf child read its projections "
+             "from level 1's tables, in node loops of their own (lowering.leaf_kids)",
+             "on: a table row instead of a GEMV per leaf child" if cpu
              else "off: a device gets the tables whole at compile time",
              active=lambda s: s["leaf_specialization"], needs=("leaf_specialization",),
              when="leaf_specialization"),
