@@ -29,15 +29,17 @@ product summed in another order, in NumPy).
 
 from __future__ import annotations
 
-import numpy as np
-
 from dataclasses import replace
 
+import numpy as np
+
+from cortex.core import loopir as ir
 from cortex.core.frontend.graph import Case, RecursiveGraph
+from cortex.core.linearize.structure import INDEX_DTYPE
+from cortex.core.lowering.transforms import rewrite_loops
 from cortex.core.passes.cse import cse
 from cortex.core.passes.dce import dce
 from cortex.core.passes.fusion_groups import fusion_groups
-from cortex.core.linearize.structure import INDEX_DTYPE
 from cortex.core.passes.preterminal import gemv_work, tabled_children_case
 
 #: The per-call index buffers of a program with leaf-kid loops (see the module docstring).
@@ -89,3 +91,39 @@ def leaf_kid_order(level_offsets: np.ndarray, child_table: np.ndarray, num_leave
     offsets = np.zeros(levels * k + 1, dtype=INDEX_DTYPE)
     np.cumsum(np.bincount(key, minlength=levels * k), out=offsets[1:])
     return order, offsets
+
+
+def fuse_class_loops(program: ir.Program, level_var: str = "l") -> tuple[ir.Program, int]:
+    """``program`` with each level's class loops, once the schedule has made each a parallel loop
+    over hidden blocks (``let``s, then ``parallel for j in a..b``, the same bounds for every
+    class), run as one parallel loop whose iteration runs every class's body in turn: one team
+    join a level instead of one per class. Legal because the classes partition the level, whose
+    nodes are independent (each body writes its own nodes' rows and reads rows of earlier
+    levels). The lets (bounds read from the level's offsets) move before the loop. Levels whose
+    loops have other shapes are left as they are. Returns the program and how many levels."""
+    def split(stmt: ir.Stmt) -> tuple[list[tuple[str, ir.Expr]], ir.For] | None:
+        lets = []
+        while isinstance(stmt, ir.Let):
+            lets.append((stmt.var, stmt.value))
+            stmt = stmt.body
+        return (lets, stmt) if isinstance(stmt, ir.For) and stmt.kind == "parallel" else None
+
+    def visit(loop: ir.For) -> ir.Stmt | None:
+        if loop.var != level_var or not isinstance(loop.body, ir.Seq):
+            return None
+        parts = [split(x) for x in loop.body.stmts]
+        if len(parts) < 2 or any(p is None for p in parts):
+            return loop
+        first = parts[0][1]  # type: ignore[index]
+        if any((p[1].start, p[1].stop, p[1].annotations) != (first.start, first.stop, first.annotations)  # type: ignore[index]
+               for p in parts):
+            return loop
+        j = ir.Var(first.var)
+        body = ir.seq(*(ir.substitute(p[1].body, {p[1].var: j}) for p in parts))  # type: ignore[index]
+        fused: ir.Stmt = replace(first, body=body)
+        for lets, _ in reversed(parts):  # type: ignore[misc]
+            for name, value in reversed(lets):
+                fused = ir.Let(name, value, fused)
+        return replace(loop, body=fused)
+
+    return rewrite_loops(program, visit)

@@ -52,7 +52,8 @@ from cortex.core.loopir.storage import pack
 from cortex.core.loopir.verify import verify
 from cortex.core.lowering.cases import CaseLowering, LowerContext, LoweringError, NameGen
 from cortex.core.lowering.apply_schedule import apply_schedule, node_loop_kind, schedule_nest
-from cortex.core.lowering.leaf_kids import OFFSETS_BUFFER, ORDER_BUFFER, leaf_kid_cases, leaf_kid_order
+from cortex.core.lowering.leaf_kids import (OFFSETS_BUFFER, ORDER_BUFFER, fuse_class_loops, leaf_kid_cases,
+                                             leaf_kid_order)
 from cortex.core.lowering.leaf_tables import leaf_table_case, leaf_tables
 from cortex.core.lowering.refactor import refactor_graph
 from cortex.core.frontend.params import bind_params
@@ -323,6 +324,10 @@ def lower(graph: RecursiveGraph, schedule: Schedule, capabilities: Capabilities,
     program = ir.simplify(program)  # type: ignore[assignment]
     program, sched_notes = apply_schedule(program, schedule, caps, ctx)
     notes.extend(sched_notes)
+    if kids:
+        program, fused = fuse_class_loops(program)
+        if fused:
+            notes.append(f"leaf_kids: {fused} level loops run their node loops in one parallel loop")
     verify(program, caps)
     return Lowered(
         graph=graph, program=program, schedule=schedule, dtype=dtype,
