@@ -56,11 +56,14 @@ def test_the_order_groups_each_level_by_its_first_leaf_child():
 @pytest.mark.parametrize("model_cls", [TreeLSTM, TreeGRU, TreeFC])
 @pytest.mark.parametrize("target", ["numpy", "llvm"])
 def test_on_and_off_agree(model_cls, target):
-    model = model_cls(hidden=16, embed=8, vocab=40)
+    # hidden 64: four hidden blocks, which the threads of a llvm call split
+    model = model_cls(hidden=64, embed=8, vocab=40)
     on = cortex.compile(model, target=target, schedule={"leaf_kids": True})
     off = cortex.compile(model, target=target, schedule={"leaf_kids": False})
     assert any(n.startswith("leaf_kids:") for n in on.notes)
     assert not any(n.startswith("leaf_kids:") for n in off.notes)
+    if target == "llvm":  # a level's classes share its parallel loops (one per phase)
+        assert any(n.startswith("leaf_kids: 1 level loops run each phase") for n in on.notes)
     for batch in (trees(3), trees(4, vocab=40), [7], [(1, 2)]):
         a, b = on(batch), off(batch)
         for s in a.states:

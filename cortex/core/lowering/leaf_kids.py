@@ -94,13 +94,16 @@ def leaf_kid_order(level_offsets: np.ndarray, child_table: np.ndarray, num_leave
 
 
 def fuse_class_loops(program: ir.Program, level_var: str = "l") -> tuple[ir.Program, int]:
-    """``program`` with each level's class loops, once the schedule has made each a parallel loop
-    over hidden blocks (``let``s, then ``parallel for j in a..b``, the same bounds for every
-    class), run as one parallel loop whose iteration runs every class's body in turn: one team
-    join a level instead of one per class. Legal because the classes partition the level, whose
-    nodes are independent (each body writes its own nodes' rows and reads rows of earlier
-    levels). The lets (bounds read from the level's offsets) move before the loop. Levels whose
-    loops have other shapes are left as they are. Returns the program and how many levels."""
+    """``program`` with each level's class loops, once the schedule has made them parallel loops
+    over hidden blocks (``let``s, then ``parallel for j in a..b``), run as fewer parallel loops:
+    the ``p``-th parallel loop of every class (its ``p``-th phase: a TreeGRU node computes its
+    reset gate, then its candidate) becomes one loop whose iteration runs each class's body in
+    turn: one team join per phase and level, as without the classes. Legal because the classes
+    partition the level, whose nodes are independent (a class's body writes its nodes' rows and
+    reads rows of earlier levels); a class's phases keep their order. A part's class is the set
+    of ``leaf_kid_offsets`` entries it reads. The lets (bounds read from the offsets) move
+    before the loops. A level whose classes do not have the same number of phases with the same
+    bounds is left as it is. Returns the program and how many levels were fused."""
     def split(stmt: ir.Stmt) -> tuple[list[tuple[str, ir.Expr]], ir.For] | None:
         lets = []
         while isinstance(stmt, ir.Let):
@@ -108,22 +111,35 @@ def fuse_class_loops(program: ir.Program, level_var: str = "l") -> tuple[ir.Prog
             stmt = stmt.body
         return (lets, stmt) if isinstance(stmt, ir.For) and stmt.kind == "parallel" else None
 
+    def cls(stmt: ir.Stmt) -> frozenset:
+        return frozenset(n.index for n in ir.walk(stmt) if isinstance(n, ir.Load) and n.buffer == OFFSETS_BUFFER)
+
     def visit(loop: ir.For) -> ir.Stmt | None:
         if loop.var != level_var or not isinstance(loop.body, ir.Seq):
             return None
         parts = [split(x) for x in loop.body.stmts]
-        if len(parts) < 2 or any(p is None for p in parts):
+        if any(p is None for p in parts):
             return loop
-        first = parts[0][1]  # type: ignore[index]
-        if any((p[1].start, p[1].stop, p[1].annotations) != (first.start, first.stop, first.annotations)  # type: ignore[index]
-               for p in parts):
+        classes: dict[frozenset, list] = {}
+        for x, part in zip(loop.body.stmts, parts):
+            classes.setdefault(cls(x), []).append(part)
+        groups = list(classes.values())
+        phases = len(groups[0])
+        if len(groups) < 2 or frozenset() in classes or any(len(g) != phases for g in groups):
             return loop
-        j = ir.Var(first.var)
-        body = ir.seq(*(ir.substitute(p[1].body, {p[1].var: j}) for p in parts))  # type: ignore[index]
-        fused: ir.Stmt = replace(first, body=body)
-        for lets, _ in reversed(parts):  # type: ignore[misc]
-            for name, value in reversed(lets):
-                fused = ir.Let(name, value, fused)
-        return replace(loop, body=fused)
+        fused = []
+        for p in range(phases):
+            members = [g[p] for g in groups]
+            first = members[0][1]
+            if any((m[1].start, m[1].stop, m[1].annotations) != (first.start, first.stop, first.annotations)
+                   for m in members):
+                return loop
+            j = ir.Var(first.var)
+            stmt: ir.Stmt = replace(first, body=ir.seq(*(ir.substitute(m[1].body, {m[1].var: j}) for m in members)))
+            for lets, _ in reversed(members):
+                for name, value in reversed(lets):
+                    stmt = ir.Let(name, value, stmt)
+            fused.append(stmt)
+        return replace(loop, body=ir.seq(*fused))
 
     return rewrite_loops(program, visit)

@@ -327,7 +327,8 @@ def lower(graph: RecursiveGraph, schedule: Schedule, capabilities: Capabilities,
     if kids:
         program, fused = fuse_class_loops(program)
         if fused:
-            notes.append(f"leaf_kids: {fused} level loops run their node loops in one parallel loop")
+            notes.append(f"leaf_kids: {fused} level loops run each phase of their classes' node loops "
+                         "in one parallel loop")
     verify(program, caps)
     return Lowered(
         graph=graph, program=program, schedule=schedule, dtype=dtype,
