@@ -36,7 +36,7 @@ def test_each_child_position_gets_a_case_reading_the_level_one_tables():
 
 def test_the_order_groups_each_level_by_its_first_leaf_child():
     batch = linearize([((1, 2), 3), (4, (5, 6)), ((7, 8), (9, 10)), (((1, 2), 3), 4)], arity=2)
-    order, offsets = leaf_kid_order(batch.level_offsets, batch.child_table, batch.num_leaves, 2)
+    order, offsets = leaf_kid_order(batch.level_offsets, batch.child_table, batch.num_leaves, 2, min_nodes=1)
     lo, ct, nl = batch.level_offsets, batch.child_table, batch.num_leaves
     assert sorted(order.tolist()) == list(range(batch.num_nodes)) and order.dtype == np.int32
     assert offsets[::3].tolist() == lo.tolist()
@@ -51,6 +51,13 @@ def test_the_order_groups_each_level_by_its_first_leaf_child():
     # level 2 of this batch: one node with no leaf child, one whose child 0 is a leaf, two whose
     # child 1 is
     assert np.diff(offsets[6:10]).tolist() == [1, 1, 2]
+    # by default a leaf-child class of fewer than four nodes in its level joins class 0
+    order, offsets = leaf_kid_order(batch.level_offsets, batch.child_table, batch.num_leaves, 2)
+    assert np.diff(offsets[6:10]).tolist() == [4, 0, 0]
+    assert order[lo[2]:lo[3]].tolist() == list(range(lo[2], lo[3]))
+    many = linearize([(i, (i + 1, i + 2)) for i in range(5)] + [((1, 2), 3)], arity=2)
+    order, offsets = leaf_kid_order(many.level_offsets, many.child_table, many.num_leaves, 2)
+    assert np.diff(offsets[6:10]).tolist() == [1, 5, 0]  # five nodes whose child 0 is a leaf
 
 
 @pytest.mark.parametrize("model_cls", [TreeLSTM, TreeGRU, TreeFC])
@@ -64,7 +71,9 @@ def test_on_and_off_agree(model_cls, target):
     assert not any(n.startswith("leaf_kids:") for n in off.notes)
     if target == "llvm":  # a level's classes share its parallel loops (one per phase)
         assert any(n.startswith("leaf_kids: 1 level loops run each phase") for n in on.notes)
-    for batch in (trees(3), trees(4, vocab=40), [7], [(1, 2)]):
+    # eight nodes of level 2 whose child 0 is a leaf, eight whose child 1 is, and mixed trees
+    kids = [(i, (i + 1, i + 2)) for i in range(1, 9)] + [((i, i + 1), i + 2) for i in range(1, 9)]
+    for batch in (kids, trees(3) + kids, trees(4, vocab=40), [7], [(1, 2)]):
         a, b = on(batch), off(batch)
         for s in a.states:
             np.testing.assert_allclose(a.nodes(s), b.nodes(s), rtol=1e-5, atol=1e-6)

@@ -71,13 +71,21 @@ def leaf_kid_cases(graph: RecursiveGraph) -> tuple[Case, ...]:
     return tuple(done.case(c.name) for c in out)
 
 
+#: The fewest nodes of a level that run in a leaf-child class of their own; fewer stay with the
+#: nodes without a leaf child (see :func:`leaf_kid_order`).
+MIN_CLASS_NODES = 4
+
+
 def leaf_kid_order(level_offsets: np.ndarray, child_table: np.ndarray, num_leaves: int,
-                   positions: int) -> tuple[np.ndarray, np.ndarray]:
+                   positions: int, min_nodes: int = MIN_CLASS_NODES) -> tuple[np.ndarray, np.ndarray]:
     """``(order, offsets)`` for a batch: ``order`` [N] int32 lists the node ids level by level,
     each level's nodes grouped by class (0: no leaf child, ``1 + i``: child ``i`` is the node's
     first leaf child), each class in node order; class ``c`` of level ``l`` is
     ``order[offsets[l * (positions + 1) + c]:offsets[l * (positions + 1) + c + 1]]``
-    (``offsets``: [L * (positions + 1) + 1] int32). Leaves are class 0."""
+    (``offsets``: [L * (positions + 1) + 1] int32). Leaves are class 0, and so are the nodes of
+    a leaf-child class of fewer than ``min_nodes`` nodes in its level (class 0's case is right
+    for any node): a class's jammed groups read its weight rows once more, which a few nodes'
+    saved GEMVs do not pay for (a group of one to three nodes is bound by reading the weights)."""
     n = int(level_offsets[-1])
     levels = len(level_offsets) - 1
     k = positions + 1
@@ -87,6 +95,10 @@ def leaf_kid_order(level_offsets: np.ndarray, child_table: np.ndarray, num_leave
         ch = child_table[:, i]
         cls[(ch >= 0) & (ch < num_leaves)] = i + 1
     key = level * k + cls
+    if min_nodes > 1:
+        small = np.bincount(key, minlength=levels * k) < min_nodes
+        cls[small[key] & (cls > 0)] = 0
+        key = level * k + cls
     order = np.argsort(key, kind="stable").astype(INDEX_DTYPE)
     offsets = np.zeros(levels * k + 1, dtype=INDEX_DTYPE)
     np.cumsum(np.bincount(key, minlength=levels * k), out=offsets[1:])
