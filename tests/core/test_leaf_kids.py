@@ -88,3 +88,14 @@ def test_a_prelinearized_batch_of_another_executable_runs_and_agrees():
     batch = off.linearize(trees(5))
     a, b = on.run(batch), off.run(batch)
     np.testing.assert_allclose(a.nodes("h"), b.nodes("h"), rtol=1e-5, atol=1e-6)
+
+
+def test_off_by_default_with_bfloat16_weights():
+    """A leaf child's table row is a float32 product: beside bfloat16 GEMVs the knob would
+    change the program's arithmetic, so it is off by default there (a caller may set it)."""
+    model = TreeLSTM(hidden=16, embed=8, vocab=40)
+    exe = cortex.compile(model, target="llvm", weights="bfloat16")
+    assert not exe.schedule.leaf_kids
+    assert any(n.startswith("schedule: leaf_kids=False (default rule: off with weights='bfloat16'")
+               for n in exe.notes)
+    assert cortex.compile(model, target="llvm", weights="bfloat16", schedule={"leaf_kids": True}).schedule.leaf_kids
