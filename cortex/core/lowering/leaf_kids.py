@@ -13,18 +13,20 @@ position, filled on first use on a host runtime). So a node whose child ``i`` is
 the internal case written so, once per child position (the level-1 case's rewrite applied to
 that child alone). It applies only where every table such a case reads already exists in the
 graph (the program reads no new table), and where the case does fewer multiply-adds than the
-internal case: TreeLSTM (both stacked gate GEMVs of a child), TreeGRU (the reset and update
-gates' GEMVs of a child; the candidate's ``U_n (r * h_i)`` stays a GEMV); not ChildSum, TreeFC
-without a level-1 case, MV-RNN or DAG-RNN (no level-1 case, or no fixed arity).
+internal case: TreeLSTM (a child's stacked gate GEMV), TreeGRU (the reset and update gates'
+GEMVs of a child; the candidate's ``U_n (r * h_i)`` stays a GEMV), TreeFC (a child's GEMV); not
+ChildSum, MV-RNN or DAG-RNN (no level-1 case, or no fixed arity).
 
 The node jam computes a group of nodes together, so the nodes of a level that take the same case
 must be adjacent: ``bind_batch`` gives the program a per-level order of the nodes
 (:func:`leaf_kid_order`: within each level, first the nodes with no leaf child, then those whose
 first leaf child is child 0, then child 1, ..., each group in node order) and its offsets, and
 each level runs one node loop per group, a node's id read from the order (``v =
-leaf_kid_order[vi]``). The batch's node numbering is not changed: outputs, the linearizer and
-its caches are what they were. Results change by rounding only (a table row is the GEMV's dot
-product summed in another order, in NumPy).
+leaf_kid_order[vi]``). A leaf-child class of fewer than :data:`MIN_CLASS_NODES` nodes in its
+level stays with the first class. The batch's node numbering is not changed: outputs, the
+linearizer and its caches are what they were. After the schedule, :func:`fuse_class_loops` runs
+each phase of a level's class loops as one parallel loop (one team join, as before). Results
+change by rounding only (a table row is the GEMV's dot product, computed in NumPy).
 """
 
 from __future__ import annotations

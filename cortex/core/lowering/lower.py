@@ -19,7 +19,10 @@ What it produces (the paper's ILIR; see ``docs/lowering.md``):
   ``level_offsets[l]..level_offsets[l+1]``: level batching). A graph with a ``preterminal`` case
   (``cortex.core.passes.preterminal``) runs it on level 1 and the internal case from level 2;
   such a program declares ``L >= 2`` and ``bind_batch`` gives a batch of single leaves an empty
-  level 1. Without leaf specialization one node
+  level 1. With the ``leaf_kids`` knob (``cortex.core.lowering.leaf_kids``) each level from 2
+  runs one node loop per class of its nodes (no leaf child, child ``i`` a leaf) over the order
+  ``leaf_kid_order`` [N] and its ``leaf_kid_offsets``, which ``bind_batch`` builds per call.
+  Without leaf specialization one node
   loop runs every level ``0..L-1`` with a per-node branch on the node's child count.
   ``kernel_form="per_level"``: a host loop launches one kernel per level; ``"single"``: one
   kernel holds the level loop (with a grid barrier between levels on a grid target).
