@@ -414,8 +414,10 @@ def _leaf_kids_for_weights(schedule: "Schedule", provenance: dict, weights: str)
     """``leaf_kids`` off by default where the weight matrices are stored in bfloat16: a leaf
     child's projection would be a float32 table row (``lowering.leaf_kids``) beside the other
     child's bfloat16 GEMV, not the arithmetic of the program without the knob, and that pair
-    was not measured. A knob the caller set is kept."""
-    if weights != "bfloat16" or not schedule.leaf_kids or provenance.get("leaf_kids") == "user":
+    was not measured. Only the default rule's value changes: a knob the caller set, or a tuning
+    record's, is kept."""
+    source = str(provenance.get("leaf_kids", ""))
+    if weights != "bfloat16" or not schedule.leaf_kids or not source.startswith("default rule"):
         return schedule, provenance
     return (replace(schedule, leaf_kids=False),
             {**provenance, "leaf_kids": "default rule: off with weights='bfloat16' (table rows are float32)"})
