@@ -23,9 +23,11 @@ DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 #: The numpy target with the loop-shaping knobs neutral (scalar, untiled, row-major weights),
 #: so a printed program shows the lowering itself: leaf specialization, per-node fusion and the
-#: level loop inside one call (the leaf loop from the leaf case, not from its tables).
+#: level loop inside one call (the leaf loop from the leaf case, not from its tables; one node
+#: loop per level, not one per leaf-child class).
 NEUTRAL_SCHEDULE = dict(vector_width=1, weight_layout="row_major", tile_hidden=0, unroll=1,
-                        kernel_form="single", leaf_specialization=True, fuse=True, leaf_tables=False)
+                        kernel_form="single", leaf_specialization=True, fuse=True, leaf_tables=False,
+                        leaf_kids=False)
 #: A binary TreeLSTM small enough to read: hidden 4, embedding 3, 10 words, float32.
 TREE_LSTM_ARGS = dict(hidden=4, embed=3, vocab=10, dtype="float32", seed=0)
 #: The smallest recursive model: h = tanh(W [h_left; h_right] + b), hidden 2.

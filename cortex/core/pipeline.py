@@ -256,7 +256,7 @@ def neutral_schedule(schedule: "Schedule") -> "Schedule":
                    persistent=False, interchange=False, node_jam=1, wide_lanes=0, prefetch=0,
                    node_chunk=1, state_layout="row_major", refactor=False, recursive_unroll=1,
                    hoist_projections=False, row_jam=1, panel_kib=0,
-                   level_split="static", k_block=0, leaf_tables=False)
+                   level_split="static", k_block=0, leaf_tables=False, leaf_kids=False)
 
 
 def source_extension(backend: "Backend", source: Any) -> str:
@@ -367,6 +367,7 @@ def build_artifact(model: Any, target: "Target", target_options: Mapping[str, An
     if auto:
         schedule, provenance, source_of_schedule = _recorded_schedule(
             fingerprint, target, target_options, backend, space, options.workload)
+    schedule, provenance = _leaf_kids_for_weights(schedule, provenance, weights)
     # a second process finds the passes' graph and the scheduled program in the disk cache
     lowered_key = stage_cache.lowered_key(traced, given, table_elements, schedule, caps, dtype, provenance)
     lowered = stage_cache.load_lowered(lowered_key)
@@ -407,6 +408,19 @@ def build_artifact(model: Any, target: "Target", target_options: Mapping[str, An
             bound.join()  # never leave the worker running, whatever happened here
     return Built(lowered, backend, source, key, artifact, prepared, tables, snapshot,
                  source_of_schedule, fingerprint, dict(provenance))
+
+
+def _leaf_kids_for_weights(schedule: "Schedule", provenance: dict, weights: str) -> tuple["Schedule", dict]:
+    """``leaf_kids`` off by default where the weight matrices are stored in bfloat16: a leaf
+    child's projection would be a float32 table row (``lowering.leaf_kids``) beside the other
+    child's bfloat16 GEMV, not the arithmetic of the program without the knob, and that pair
+    was not measured. Only the default rule's value changes: a knob the caller set, or a tuning
+    record's, is kept."""
+    source = str(provenance.get("leaf_kids", ""))
+    if weights != "bfloat16" or not schedule.leaf_kids or not source.startswith("default rule"):
+        return schedule, provenance
+    return (replace(schedule, leaf_kids=False),
+            {**provenance, "leaf_kids": "default rule: off with weights='bfloat16' (table rows are float32)"})
 
 
 def _weights(target: str, given: str | None, dtype: str, caps: "Capabilities") -> str:

@@ -60,7 +60,7 @@ def test_the_nodes_own_rows_its_reductions_read_count_towards_the_panel():
     from cortex.models import TreeGRU
 
     exe = cortex.compile(TreeGRU(hidden=64, embed=8, vocab=10), target="numpy",
-                         schedule={"panel_kib": 0, "node_jam": 1, "interchange": True})
+                         schedule={"panel_kib": 0, "node_jam": 1, "interchange": True, "leaf_kids": False})
     program = exe.program
     loops = [x.body for x in ir.walk(program.kernel("main").body)
              if isinstance(x, ir.For) and x.kind == "parallel" and isinstance(x.body, ir.For)

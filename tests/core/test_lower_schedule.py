@@ -44,8 +44,10 @@ def test_fused_tree_lstm_is_one_nest_per_case_without_temporaries():
     assert not [b for b in p.buffers if b.role == "temp"]
     stores = nodes_of(p, ir.Store)
     assert sorted({s.buffer for s in stores}) == ["c", "h"]
-    hidden = [f for f in loops(p) if f.var not in ("u", "v", "w", "l")]
-    assert len(hidden) == 3  # one nest per case: the leaves, level 1 (tables), the other levels
+    hidden = [f for f in loops(p) if f.var not in ("u", "v", "vi", "w", "l")]
+    # one nest per case: the leaves, level 1 (tables), the other levels, and theirs whose child 0
+    # or child 1 is a leaf (leaf_kids)
+    assert len(hidden) == 5
     assert nodes_of(p, ir.Reduce), "the GEMVs stay explicit reductions"
 
 
@@ -70,9 +72,13 @@ def test_fused_materializes_only_what_a_reduction_rereads():
     sp = ScheduleSpace(CPU, "float64")
     cs = lower(SPEC["ChildSumTreeLSTM"].graph, sp.with_knobs(hoist_projections=False), CPU, "float64")
     assert [tuple(map(str, b.shape)) for b in cs.program.buffers if b.role == "temp"] == [("N", "8")]
-    gru = lower(SPEC["TreeGRU"].graph, sp.default(), CPU, "float64")
+    gru = lower(SPEC["TreeGRU"].graph, sp.with_knobs(leaf_kids=False), CPU, "float64")
     shapes = sorted(tuple(map(str, b.shape)) for b in gru.program.buffers if b.role == "temp")
     assert shapes == [("N", "8")] * 4
+    # the level loops whose child 0 or child 1 is a leaf (leaf_kids) store their own r * h_k
+    gru = lower(SPEC["TreeGRU"].graph, sp.default(), CPU, "float64")
+    shapes = sorted(tuple(map(str, b.shape)) for b in gru.program.buffers if b.role == "temp")
+    assert shapes == [("N", "8")] * 8
 
 
 def test_leaf_specialization_off_branches_per_node():
@@ -111,7 +117,7 @@ def test_parallel_knob_maps_loops_to_threads_and_groups():
     assert {kk.threads_per_group for kk in gpu.kernels} == {256}
     cpu = lower(g, ScheduleSpace(CPU).with_knobs(parallel="hidden", vector_width=1, weight_layout="row_major"), CPU).program
     k = kinds(cpu)
-    assert k["v"] == "serial" and k["jn"] == "parallel"
+    assert k["vi"] == "serial" and k["jn"] == "parallel"  # vi: a level's node loops (leaf_kids)
 
 
 def test_tile_vector_unroll_reshape_the_hidden_loop():
@@ -300,7 +306,8 @@ def test_the_jam_knobs_reshape_the_level_and_the_results_stay():
     s, src = sp.resolve({"vector_width": 1, "interchange": True, "node_jam": 4, "hidden_jam": 2, "jam_unroll": 2})
     jammed = lower(spec.graph, s, CPU, "float64", src)
     assert any(n.startswith("interchange: ") for n in jammed.notes)
-    assert any(n.startswith("node_jam=4: 1 level loops jammed in groups of 4/2/1 nodes, 2 hidden units")
+    # the level's three node loops (no leaf child, child 0 or child 1 a leaf: leaf_kids)
+    assert any(n.startswith("node_jam=4: 3 level loops jammed in groups of 4/2/1 nodes, 2 hidden units")
                for n in jammed.notes)
     assert "schedule: node_jam=4 (user)" in jammed.notes
     assert any(n.startswith("schedule: hidden_jam=2 (user)") for n in jammed.notes)
@@ -312,7 +319,8 @@ def test_the_jam_knobs_reshape_the_level_and_the_results_stay():
                  "float64", "jammed")
 
 
-@pytest.mark.parametrize("name,jammed_loops", [("TreeGRU", 3), ("ChildSumTreeLSTM", 1)])
+# TreeGRU: level 1's candidate phase, then both phases of each of a level's three node loops
+@pytest.mark.parametrize("name,jammed_loops", [("TreeGRU", 7), ("ChildSumTreeLSTM", 1)])
 def test_a_level_in_phases_is_jammed_with_scalar_hidden_loops(name, jammed_loops):
     """A level computed in phases (TreeGRU's reset gate before its candidate's sum, child-sum's
     per-child forget gates before the node's) with scalar hidden loops (``vector_width=1``, as

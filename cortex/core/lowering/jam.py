@@ -51,7 +51,7 @@ from typing import Callable
 
 from cortex.core.lowering import jam_fuse as fuse
 from cortex.core import loopir as ir
-from cortex.core.lowering.level_interchange import is_node_loop, node_lets
+from cortex.core.lowering.level_interchange import is_node_loop, node_lets, node_name
 from cortex.core.lowering.transforms import rewrite_loops
 from cortex.core.lowering.cases import NameGen
 
@@ -188,7 +188,7 @@ def prepare_walk(loop: ir.For, opts: JamOptions, program: ir.Program, names: Nam
     sums = fuse.fusable_sums(blk)
     if not sums:
         return None
-    pad = opts.pad and no_self_reads(loop.body, loop.var)
+    pad = opts.pad and no_self_reads(loop.body, node_name(loop))
     regs = max(1, -(-b // max(1, opts.register_lanes)))  # registers per accumulator slot
     lo, hi = ir.Var(names.fresh(f"{loop.var}_lo")), ir.Var(names.fresh(f"{loop.var}_hi"))
     cursor = names.fresh(f"{loop.var}_next")

@@ -46,7 +46,7 @@ from cortex.core.lowering.cases import NameGen
 from cortex.core.lowering.jam import JamOptions, jam_node_loop
 from cortex.core.lowering.jam_fuse import free_names, names_of
 from cortex.core.lowering.k_blocks import k_blocked_nodes, panel_nodes
-from cortex.core.lowering.level_interchange import is_node_loop, node_lets
+from cortex.core.lowering.level_interchange import is_node_loop, node_lets, node_name
 from cortex.core.lowering.transforms import rewrite_loops
 
 
@@ -105,7 +105,7 @@ def own_row_bytes(node_loop: ir.For, program: ir.Program) -> int:
     buffers = {b.name: b for b in program.buffers if b.role != "param"}
     rows = {ld.buffer for r in ir.walk(node_loop.body) if isinstance(r, ir.Reduce)
             for ld in ir.walk(r.body) if isinstance(ld, ir.Load) and ld.index
-            and ld.buffer in buffers and ld.index[0] == ir.Var(node_loop.var)}
+            and ld.buffer in buffers and ld.index[0] == ir.Var(node_name(node_loop))}
     sizes = [_row_bytes(buffers[name], 1) for name in rows]
     return 0 if 0 in sizes else sum(sizes)
 
@@ -166,8 +166,10 @@ def block_level(loop: ir.For, panel_bytes: int, opts: JamOptions | None, program
     mine: ir.Stmt = ir.For(vb.name, 0, nb, ir.For(loop.var, jlo, jhi, unit, "serial"), "serial")
     mine = ir.Let(jlo.name, c * J // chunks, ir.Let(jhi.name, (c + 1) * J // chunks, mine))
     blocks: ir.Stmt = ir.For(c.name, 0, chunks, mine, "parallel")
-    # equal blocks of whole groups: ceil(ceil(n / nb) / group) * group nodes each
-    blocks = ir.Let(size.name, ((hi - lo + nb - 1) // nb + (group - 1)) // group * group, blocks)
+    # equal blocks of whole groups: ceil(ceil(n / nb) / group) * group nodes each (no block
+    # where the loop is empty, e.g. a class of a level's nodes that has none: leaf_kids)
+    blocks = ir.Let(size.name, ((hi - lo + nb - 1) // ir.maximum(nb, ir.Const(1)) + (group - 1)) // group * group,
+                    blocks)
     blocks = ir.Let(nb.name, (hi - lo + (most - 1)) // most, blocks)
     return ir.Let(lo.name, node.start, ir.Let(hi.name, node.stop, blocks))
 

@@ -51,6 +51,19 @@ def is_node_loop(loop: ir.For) -> bool:
     return s == ir.Const(0) and t == ir.Var("NL")
 
 
+def node_name(loop: ir.For) -> str:
+    """The variable holding the node a node loop's iteration computes: the loop's own, or, in a
+    loop over a per-call node order (``for vi in ..: let v = leaf_kid_order[vi]``,
+    ``cortex.core.lowering.leaf_kids``), the let that reads the node from it."""
+    from cortex.core.lowering.leaf_kids import ORDER_BUFFER
+
+    b = loop.body
+    if (isinstance(b, ir.Let) and isinstance(b.value, ir.Load) and b.value.buffer == ORDER_BUFFER
+            and b.value.index == (ir.Var(loop.var),)):
+        return b.var
+    return loop.var
+
+
 def node_lets(loop: ir.For) -> tuple[list[tuple[str, ir.Expr]], ir.Stmt]:
     """The lets at the top of a node loop's body and the statement they bind."""
     lets: list[tuple[str, ir.Expr]] = []
@@ -71,7 +84,7 @@ def interchange_node_loop(loop: ir.For) -> list[ir.For] | None:
     lets, body = node_lets(loop)
     stmts = body.stmts if isinstance(body, ir.Seq) else (body,)
     if not stmts or not all(isinstance(x, ir.For) and (x.kind == "parallel" or (
-            x.kind == "serial" and loop.kind == "parallel" and rows_independent(x, loop.var)))
+            x.kind == "serial" and loop.kind == "parallel" and rows_independent(x, node_name(loop))))
             for x in stmts):
         return None
     bound = {loop.var} | {name for name, _ in lets}

@@ -24,7 +24,7 @@ from typing import Callable
 
 from cortex.core import loopir as ir
 from cortex.core.lowering.jam_fuse import free_names, names_of
-from cortex.core.lowering.level_interchange import is_node_loop, node_lets, rows_independent
+from cortex.core.lowering.level_interchange import is_node_loop, node_lets, node_name, rows_independent
 from cortex.core.lowering.transforms import rewrite_loops
 
 #: Rows of at most this many bytes are prefetched whole (a row of a 5H-wide table at H=256 is 5 KB).
@@ -183,7 +183,7 @@ def block_hidden_loops(program: ir.Program, width: int) -> tuple[ir.Program, int
             return None
         if isinstance(loop.body, ir.For) and loop.body.kind == "vectorized" and ir.const_int(loop.body.stop) == width:
             return None  # already blocks of `width`
-        if loop.kind == "serial" and not (var != loop.var or rows_independent(loop, node.var)):
+        if loop.kind == "serial" and not (var != loop.var or rows_independent(loop, node_name(node))):
             return None
         if rows_apart(loop, var, params):
             return None  # lanes a row apart in node data: the row loop stays scalar (schedule_nest)

@@ -19,7 +19,10 @@ What it produces (the paper's ILIR; see ``docs/lowering.md``):
   ``level_offsets[l]..level_offsets[l+1]``: level batching). A graph with a ``preterminal`` case
   (``cortex.core.passes.preterminal``) runs it on level 1 and the internal case from level 2;
   such a program declares ``L >= 2`` and ``bind_batch`` gives a batch of single leaves an empty
-  level 1. Without leaf specialization one node
+  level 1. With the ``leaf_kids`` knob (``cortex.core.lowering.leaf_kids``) each level from 2
+  runs one node loop per class of its nodes (no leaf child, child ``i`` a leaf) over the order
+  ``leaf_kid_order`` [N] and its ``leaf_kid_offsets``, which ``bind_batch`` builds per call.
+  Without leaf specialization one node
   loop runs every level ``0..L-1`` with a per-node branch on the node's child count.
   ``kernel_form="per_level"``: a host loop launches one kernel per level; ``"single"``: one
   kernel holds the level loop (with a grid barrier between levels on a grid target).
@@ -52,6 +55,8 @@ from cortex.core.loopir.storage import pack
 from cortex.core.loopir.verify import verify
 from cortex.core.lowering.cases import CaseLowering, LowerContext, LoweringError, NameGen
 from cortex.core.lowering.apply_schedule import apply_schedule, node_loop_kind, schedule_nest
+from cortex.core.lowering.leaf_kids import (OFFSETS_BUFFER, ORDER_BUFFER, fuse_class_loops, leaf_kid_cases,
+                                             leaf_kid_order)
 from cortex.core.lowering.leaf_tables import leaf_table_case, leaf_tables
 from cortex.core.lowering.refactor import refactor_graph
 from cortex.core.frontend.params import bind_params
@@ -81,7 +86,7 @@ _C_MACROS = {
     "errno", "assert", "threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize",
 }
 INDEX_BUFFERS = ("level_offsets", "child_offsets", "child_ids", "child_table", "word_ids", "features",
-                 "phase_offsets", "unit_offsets", "unit_nodes")
+                 "phase_offsets", "unit_offsets", "unit_nodes", ORDER_BUFFER, OFFSETS_BUFFER)
 SIZE_NAMES = ("N", "E", "L", "NL", "P", "U", "NU")
 
 
@@ -171,8 +176,9 @@ def bound_params_deferred(graph: RecursiveGraph, params: Mapping[str, np.ndarray
 def _bound_names(graph: RecursiveGraph) -> set[str]:
     """The params a program lowered from ``graph`` may read, whatever its schedule: those its
     cases read and the leaf-state tables a ``leaf_tables`` leaf loop reads (made anyway, as the
-    sources of level 1's tables)."""
-    return set(_used_params(graph)) | set(leaf_tables(graph).values())
+    sources of level 1's tables) and the leaf-kid cases (``lowering.leaf_kids``) read."""
+    return (set(_used_params(graph)) | set(leaf_tables(graph).values())
+            | set(_used_params(graph, leaf_kid_cases(graph))))
 
 
 def lower(graph: RecursiveGraph, schedule: Schedule, capabilities: Capabilities,
@@ -192,15 +198,19 @@ def lower(graph: RecursiveGraph, schedule: Schedule, capabilities: Capabilities,
         refactored = refactor_graph(graph)
         lgraph, scratch = refactored.graph, frozenset(refactored.projections)
         notes.extend(refactored.notes)
-    names = NameGen(set(SIZE_NAMES) | set(INDEX_BUFFERS) | _C_RESERVED | _C_MACROS | {"l", "lh", "u", "v", "w", "ph", "phh", "g", "gi"})
+    names = NameGen(set(SIZE_NAMES) | set(INDEX_BUFFERS) | _C_RESERVED | _C_MACROS | {"l", "lh", "u", "v", "vi", "w", "ph", "phh", "g", "gi"})
     state_buf = {s.name: _ident(names, s.name) for s in lgraph.states}
     has_pre = schedule.leaf_specialization and any(c.name == "preterminal" for c in lgraph.cases)
     # the leaf loop from the leaf-state tables (lowering.leaf_tables) where level 1 has them
     tabled = leaf_table_case(lgraph) if schedule.leaf_tables and has_pre and not schedule.refactor else None
     # the params the lowered cases read (with the tables, the leaf case's own are read by the
     # tables' recipes only: no buffer of the program)
-    used_params = _used_params(graph) if tabled is None else _used_params(
-        graph, [c for c in graph.cases if c.name != "leaf"] + [tabled])
+    # the levels' nodes with a leaf child read its projections from level 1's tables
+    # (lowering.leaf_kids); not with recursive unrolling, whose units walk the nodes themselves
+    kid_cases = leaf_kid_cases(lgraph) if (schedule.leaf_kids and has_pre and not schedule.refactor
+                                           and schedule.recursive_unroll == 1) else ()
+    used_params = _used_params(graph, [c for c in graph.cases if tabled is None or c.name != "leaf"]
+                               + ([tabled] if tabled is not None else []) + list(kid_cases))
     derived = {d.name: d for d in graph.derived}
     param_buf = {p: _ident(names, _param_base(p, derived)) for p in used_params}
     input_buf = {}
@@ -221,6 +231,12 @@ def lower(graph: RecursiveGraph, schedule: Schedule, capabilities: Capabilities,
                      + ", ".join(param_buf[v.attr("name")] for v in tabled.values if v.op == "param") + ")")
     internal = CaseLowering(ctx, lgraph.case("internal"), "n")
     pre = CaseLowering(ctx, lgraph.case("preterminal"), "p") if has_pre else None
+    kids = [CaseLowering(ctx, c, f"k{i}") for i, c in enumerate(kid_cases)]
+    if kids:
+        notes.append(f"leaf_kids: each level runs {len(kids) + 1} node loops (no leaf child, "
+                     + ", ".join(f"child {i} a leaf" for i in range(len(kids)))
+                     + f"), its nodes in the order {ORDER_BUFFER}; a leaf child's projections are "
+                     "rows of level 1's tables")
 
     N, L, NL = Var("N"), Var("L"), Var("NL")
     lvl = Var("l")
@@ -235,6 +251,8 @@ def lower(graph: RecursiveGraph, schedule: Schedule, capabilities: Capabilities,
         first = 2 if pre is not None else 1
 
         def level_body(level: ir.Expr) -> ir.Stmt:
+            if kids:
+                return _kid_loops([internal] + kids, level, nk)
             lo, hi = node_range(level)
             return ir.For("v", lo, hi, internal.emit(v), nk)
     else:
@@ -297,7 +315,7 @@ def lower(graph: RecursiveGraph, schedule: Schedule, capabilities: Capabilities,
 
     # a level-1 loop reads level_offsets[2]: such a program has at least two levels
     sizes = (ir.Size("N"), ir.Size("E"), ir.Size("L", lo=2 if pre is not None else 0), ir.Size("NL", hi=N))
-    buffers = _index_buffers(graph, dtype) + tuple(
+    buffers = _index_buffers(graph, dtype) + (_kid_buffers(len(kids) + 1) if kids else ()) + tuple(
         ir.Buffer(param_buf[p], dtype, _param_shape(graph, p), "param") for p in used_params
     ) + tuple(
         ir.Buffer(state_buf[s.name], dtype, (N,) + s.shape, "temp" if s.name in scratch else "output")
@@ -309,6 +327,11 @@ def lower(graph: RecursiveGraph, schedule: Schedule, capabilities: Capabilities,
     program = ir.simplify(program)  # type: ignore[assignment]
     program, sched_notes = apply_schedule(program, schedule, caps, ctx)
     notes.extend(sched_notes)
+    if kids:
+        program, fused = fuse_class_loops(program)
+        if fused:
+            notes.append(f"leaf_kids: {fused} level loops run each phase of their classes' node loops "
+                         "in one parallel loop")
     verify(program, caps)
     return Lowered(
         graph=graph, program=program, schedule=schedule, dtype=dtype,
@@ -331,6 +354,30 @@ def _unit_buffers() -> tuple[ir.Buffer, ...]:
         ir.Buffer("unit_offsets", "int32", (U + 1,), "index", (Const(0), NU), monotone=True),
         ir.Buffer("unit_nodes", "int32", (NU,), "index", (Const(0), N - 1)),
     )
+
+
+def _kid_buffers(classes: int) -> tuple[ir.Buffer, ...]:
+    """The per-call node order of a program with leaf-kid loops (``lowering.leaf_kids``) whose
+    levels have ``classes`` node loops."""
+    N, L, k = Var("N"), Var("L"), Const(classes)
+    return (
+        ir.Buffer(ORDER_BUFFER, "int32", (N,), "index", (Const(0), N - 1)),
+        ir.Buffer(OFFSETS_BUFFER, "int32", (L * k + 1,), "index", (Const(0), N), monotone=True),
+    )
+
+
+def _kid_loops(cases: list[CaseLowering], level: ir.Expr, kind: str) -> ir.Stmt:
+    """A level as one node loop per class of :func:`~cortex.core.lowering.leaf_kids.leaf_kid_order`
+    (``cases[c]`` for class ``c``), each over its range of the order, the node ``v`` read from
+    it; annotated ``nodes`` (independent iterations: the classes partition the level)."""
+    k = len(cases)
+    loops = []
+    for c, case in enumerate(cases):
+        lo = Load(OFFSETS_BUFFER, (level * k + c,))
+        hi = Load(OFFSETS_BUFFER, (level * k + c + 1,))
+        body = ir.Let("v", Load(ORDER_BUFFER, (Var("vi"),)), case.emit(Var("v")))
+        loops.append(ir.For("vi", lo, hi, body, kind, annotations=("nodes",)))
+    return ir.seq(*loops)
 
 
 def _unit_phase(node_body: ir.Stmt, kind: str, group_barrier: bool):
@@ -418,6 +465,7 @@ class _BindPlan:
     features: tuple[str, tuple[int, ...]] | None
     dtype: np.dtype
     min_levels: int  # the program's least L: a batch with fewer levels gets empty ones appended
+    kid_positions: int = 0  # child positions of the leaf-kid loops (lowering.leaf_kids); 0: none
 
 
 def _plan_of(low: Lowered) -> _BindPlan:
@@ -433,7 +481,9 @@ def _plan_of(low: Lowered) -> _BindPlan:
             else:
                 features = (inp.name, tuple(inp.shape))
         min_levels = next(s.lo for s in low.program.sizes if s.name == "L")
-        plan = _BindPlan(g.arity, word, features, np.dtype(low.dtype), min_levels)
+        kids = any(b.name == ORDER_BUFFER for b in low.program.buffers)
+        plan = _BindPlan(g.arity, word, features, np.dtype(low.dtype), min_levels,
+                         int(g.arity or 0) if kids else 0)
         low.__dict__["_bind_plan"] = plan  # a cache on the frozen dataclass (not a field)
     return plan
 
@@ -511,7 +561,21 @@ def _bind_batch(low: Lowered, batch: LinearizedBatch) -> tuple[dict[str, np.ndar
     sizes = {"N": n, "E": max(e, 1), "L": len(lo) - 1, "NL": nl}
     if low.unit_levels:
         _bind_units(batch, low.unit_levels, bufs, sizes)
+    if plan.kid_positions:
+        _bind_kid_order(batch, plan.kid_positions, bufs, nl)
     return bufs, sizes
+
+
+def _bind_kid_order(batch: LinearizedBatch, positions: int, bufs: dict[str, np.ndarray], nl: int) -> None:
+    """The leaf-kid node order (``lowering.leaf_kids.leaf_kid_order``) into ``bufs``; kept on a
+    sealed batch as :func:`_bind_units` keeps its units."""
+    lo = bufs["level_offsets"]
+    memo = batch.__dict__.setdefault("_kid_order", {}) if batch._is_sealed() else {}
+    key = (positions, len(lo))
+    got = memo.get(key)
+    if got is None:
+        got = memo[key] = leaf_kid_order(lo, bufs["child_table"], nl, positions)
+    bufs[ORDER_BUFFER], bufs[OFFSETS_BUFFER] = got
 
 
 def _bind_units(batch: LinearizedBatch, unit_levels: tuple[int, ...], bufs: dict[str, np.ndarray],

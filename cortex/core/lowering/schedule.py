@@ -78,6 +78,7 @@ class Schedule:
     tree_groups: int = 1
     leaf_tables: bool = False
     jam_rows: int = 0
+    leaf_kids: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         # every knob is a scalar, so a flat copy is ``dataclasses.asdict`` without its deep

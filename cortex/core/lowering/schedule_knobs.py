@@ -77,6 +77,8 @@ preference in ``Capabilities.preferred`` and the rule takes it when it is legal.
 ``jam_rows``           distinct node rows one fused reduction loop reads per step, over the
                        group's nodes (a child's ``h[c, k]``, a node's own ``t[v, k]``): each is an
                        address the loop keeps in a register (0 = no limit)
+``leaf_kids``          a level's nodes with a leaf child read that child's projections from the
+                       level-1 case's tables, in node loops of their own (``lowering.leaf_kids``)
 =====================  ========================================================================
 """
 
@@ -289,6 +291,13 @@ def space_knobs(caps: Capabilities, dtype: str) -> tuple[tuple[Knob, ...], tuple
         knob("jam_rows", _with((0, 4, 8, 12, 16), rows) if cpu else (0,), rows if cpu else 0,
              "distinct node rows a fused reduction loop reads per step (0 = no limit)",
              rows_rule if cpu else "no jam", **jam),
+        knob("leaf_kids", (False, True) if cpu else (False,), team, "a level's nodes with a leaf child "
+             "read its projections from level 1's tables, in node loops of their own (lowering.leaf_kids)",
+             "on: a table row instead of a GEMV per leaf child (measured on llvm)" if team
+             else "off: measured only where a team of threads splits the loops (llvm)" if cpu
+             else "off: a grid target's node loops are not split into groups by case",
+             active=lambda s: s["leaf_specialization"], needs=("leaf_specialization",),
+             when="leaf_specialization"),
     )
     constraints = (
         Constraint("tile_hidden must be 0 or a multiple of vector_width",

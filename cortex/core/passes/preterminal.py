@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import Iterable
 
 from cortex.core.frontend.graph import REDUCING_OPS, Case, DerivedParam, RecursiveGraph, Value, leaf_state_shape
 from cortex.core.passes._rewrite import CaseRewriter
@@ -41,35 +42,48 @@ def preterminal(graph: RecursiveGraph, max_table_elements: int = DEFAULT_MAX_TAB
     if (graph.arity is None or graph.arity < 2 or len(graph.node_inputs) != 1 or not words
             or any(c.name == "preterminal" for c in graph.cases)):
         return graph
-    word = words[0].name
     specs = graph.param_specs()
-    internal = graph.case("internal")
-    leaf_reads = tuple(dict.fromkeys(v.attr("name") for v in _live(graph.case("leaf")) if v.op == "param"))
     derived = list(graph.derived)
-    rw = CaseRewriter(graph, replace(internal, name="preterminal"), specs)
+    case = tabled_children_case(graph, graph.case("internal"), range(graph.arity), "preterminal",
+                                specs, derived, max_table_elements)
+    if case is None:
+        return graph
+    internal = graph.case("internal")
+    if 2 * gemv_work(case) > gemv_work(internal):
+        return graph  # child states still feed most of the GEMVs: level 1 would not get cheaper
+    return replace(graph, cases=graph.cases + (case,), derived=tuple(derived))
+
+
+def tabled_children_case(graph: RecursiveGraph, internal: Case, indices: Iterable[int], name: str,
+                         specs: dict, derived: list[DerivedParam], max_table_elements: int) -> Case | None:
+    """``internal`` renamed ``name`` with the states of its children at ``indices`` read from
+    leaf-state tables (those children are leaves) and every linear map of such a row made a table
+    as well; a new table is declared in ``specs`` and appended to ``derived``. None where a
+    table would exceed ``max_table_elements``. The graph must have one word input."""
+    word = next(i for i in graph.node_inputs if i.kind == "word").name
+    tabled = set(indices)
+    leaf_reads = tuple(dict.fromkeys(v.attr("name") for v in _live(graph.case("leaf")) if v.op == "param"))
+    rw = CaseRewriter(graph, replace(internal, name=name), specs)
     for v in internal.values:
-        if v.op != "child_state":
+        if v.op != "child_state" or v.attr("index") not in tabled:
             rw.copy(v)
             continue
         state, i = v.attr("state"), v.attr("index")
-        name = f"leaf_state[{state}]"
+        table_name = f"leaf_state[{state}]"
         shape = leaf_state_shape(graph, state)
         if math.prod(shape) > max_table_elements:
-            return graph
-        if name not in specs:
-            d = DerivedParam(name, "leaf_state", leaf_reads, shape, graph.state_spec(state).dtype,
+            return None
+        if table_name not in specs:
+            d = DerivedParam(table_name, "leaf_state", leaf_reads, shape, graph.state_spec(state).dtype,
                              (("state", state),))
-            specs[name] = d
+            specs[table_name] = d
             derived.append(d)
             rw.add_param_spec(d)
-        table = rw.emit("param", (), (("name", name),))
+        table = rw.emit("param", (), (("name", table_name),))
         ids = rw.emit("child_input", (), (("name", word), ("index", i)))
         rw.remap[v.id] = rw.emit("embedding", (table, ids))
     # a linear map of a leaf-state row is a table as well: hoisting's rewrite, on this case only
-    case = hoist_case(graph, rw.finish(), specs, derived, max_table_elements)
-    if 2 * _gemv_work(case) > _gemv_work(internal):
-        return graph  # child states still feed most of the GEMVs: level 1 would not get cheaper
-    return replace(graph, cases=graph.cases + (case,), derived=tuple(derived))
+    return hoist_case(graph, rw.finish(), specs, derived, max_table_elements)
 
 
 def _live(case: Case) -> list[Value]:
@@ -78,7 +92,7 @@ def _live(case: Case) -> list[Value]:
     return [v for v in case.values if v.id in live]
 
 
-def _gemv_work(case: Case) -> int:
+def gemv_work(case: Case) -> int:
     """Multiply-adds per node of the case's live reductions over node values (a GEMV on a
     child state, a product with one), the work the tables take off level 1."""
     vmap = case.value_map()
