@@ -51,6 +51,7 @@ from cortex.core.loopir.interpret import eval_shape, np_dtype
 from cortex.core.plugin.backend import Runtime, check_index_values
 from cortex.plugins.opencl import forms
 from cortex.plugins.opencl.device import Device
+from cortex.plugins.opencl.workers import WorkerPinning
 
 #: ``form`` values: "auto" follows the schedule (``kernel_form`` and ``single_group_nodes``,
 #: recorded in ``Program.launch``); the others force one shape ("single_group": exactly one
@@ -621,10 +622,15 @@ def _dedicated(device: Device, array: np.ndarray, name: str) -> Any:
 
 
 class OpenCLRuntime(Runtime):
-    """The core's Runtime over one device's queue (see the module doc for the handles)."""
+    """The core's Runtime over one device's queue (see the module doc for the handles).
 
-    def __init__(self, device: Device) -> None:
+    ``pinning`` says whether the compile's ``pin_workers`` request holds (PoCL's workers pinned
+    one per core or not, decided when the process started PoCL) and why
+    (``exe.backend.runtime.pinning``)."""
+
+    def __init__(self, device: Device, pinning: WorkerPinning | None = None) -> None:
         self.device = device
+        self.pinning = pinning
 
     def allocate(self, shape: tuple[int, ...], dtype: np.dtype) -> Allocation:
         return Allocation(tuple(int(d) for d in shape), np.dtype(dtype))
