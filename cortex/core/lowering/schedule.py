@@ -77,6 +77,7 @@ class Schedule:
     k_block: int = 0
     tree_groups: int = 1
     leaf_tables: bool = False
+    level_groups: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -74,6 +74,8 @@ preference in ``Capabilities.preferred`` and the rule takes it when it is legal.
 ``leaf_tables``        the leaf loop copies each leaf's states from the ``leaf_state`` tables of a
                        graph with a level-1 case, instead of running the leaf case
                        (``lowering.leaf_tables``)
+``level_groups``       work-groups the one-work-group form runs as, claiming each level's units
+                       at run time (one tree on several cores; 1 = one group)
 =====================  ========================================================================
 """
 
@@ -168,6 +170,14 @@ def space_knobs(caps: Capabilities, dtype: str) -> tuple[tuple[Knob, ...], tuple
         groups_rule = f"the {groups} compute units: the device's workers are pinned, a launch's groups start at once"
     else:
         groups, groups_rule = 1, "1: the device's workers are not pinned, a second work-group starts too late"
+    # a tree's levels shared between groups that claim their units: where started groups make
+    # progress (a group waits only for units a started group holds) and every group of a
+    # launch starts at once (pinned workers), one per compute unit
+    sharing = caps.single_group_form and caps.groups_progress
+    shared = max(1, caps.num_cores) if sharing and caps.pinned_workers else 1
+    shared_rule = (f"the {shared} compute units: started groups make progress and the workers are pinned"
+                   if shared > 1 else "1: " + ("the workers are not pinned" if sharing
+                                               else "no groups that claim units at run time here"))
     panels = _with((0, 256, 512, 1024, 2048, 4096), panel)
     panel_rule = (f"half of a core's {cache_kib} KiB cache (a power of two)" if panel
                   else "off: the cache size is unknown")
@@ -282,6 +292,10 @@ def space_knobs(caps: Capabilities, dtype: str) -> tuple[tuple[Knob, ...], tuple
              else "off: a device gets the tables whole at compile time",
              active=lambda s: s["leaf_specialization"], needs=("leaf_specialization",),
              when="leaf_specialization"),
+        knob("level_groups", _with((1, 2, 4), shared) if sharing else (1,), shared,
+             "work-groups the one-work-group form shares each level between (units claimed at "
+             "run time; 1 = one)", shared_rule, active=lambda s: s["kernel_form"] == "auto",
+             needs=("kernel_form",), when="kernel_form == 'auto'"),
     )
     constraints = (
         Constraint("tile_hidden must be 0 or a multiple of vector_width",

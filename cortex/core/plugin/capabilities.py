@@ -68,6 +68,11 @@ class Capabilities:
     # starts at once (PoCL's CPU device with POCL_AFFINITY=1); unpinned, a sleeping worker
     # starts a launch's second group late
     pinned_workers: bool = False
+    # a work-group that has started makes progress to its end whatever the others do (each runs
+    # on an OS thread: PoCL's CPU device), so a group may wait for units another started group
+    # claimed: the single-group form may share one tree's levels between groups that claim
+    # each level's units at run time (the knob ``level_groups``)
+    groups_progress: bool = False
 
     def vector_lanes(self, itemsize: int) -> int:
         """Lanes of a SIMD register for elements of ``itemsize`` bytes (1 when unknown)."""

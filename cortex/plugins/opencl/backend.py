@@ -30,7 +30,7 @@ def create_backend(options: Mapping[str, Any]) -> Backend:
     pocl_cpu = info.kind == "CPU" and "portable computing language" in info.platform.lower()
     pinning = workers.pinning(pin, pocl_cpu)
     groups = int(options.get("tree_groups", -1))
-    caps = replace(capabilities(info), pinned_workers=pinning.in_effect,
+    caps = replace(capabilities(info), pinned_workers=pinning.in_effect, groups_progress=pocl_cpu,
                    independent_groups=max(1, info.compute_units) if groups == 0 else max(0, groups))
     renderer = OpenCLRenderer(fast_math=bool(options.get("fast_math", True)), float_lanes=info.native_float_lanes,
                               clang_cpu=pocl_cpu)
