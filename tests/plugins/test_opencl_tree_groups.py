@@ -58,7 +58,7 @@ COMPILED: dict[str, tuple] = {}
 def _executables(name: str):
     if name not in COMPILED:
         model = build_model(GroupKey(name, 8, None, 7, 0))
-        grouped = cortex.compile(model, target="opencl", tree_groups=2)
+        grouped = cortex.compile(model, target="opencl", tree_groups=2, schedule={"level_groups": 1})
         one = cortex.compile(model, target="opencl", form="single_group", tree_groups=1)
         COMPILED[name] = (model, grouped, one, cortex.compile(model, target="numpy", dtype="float64"))
     return COMPILED[name]
@@ -95,7 +95,7 @@ def test_a_node_blocked_state_keeps_one_work_group():
     """The grouped layout permutes rows; a state laid out in node blocks is not rows, so such
     a program gets no tree-group kernel and runs, correctly, as one work-group."""
     model, _, one, _ = _executables("TreeLSTM")
-    exe = cortex.compile(model, target="opencl", tree_groups=2, schedule={"state_layout": "node_blocked"})
+    exe = cortex.compile(model, target="opencl", tree_groups=2, schedule={"state_layout": "node_blocked", "level_groups": 1})
     assert forms.GROUPED_KERNEL not in exe.artifact.kernels
     batch = exe.linearize(BATCHES["TreeLSTM"][2])
     got = exe.run(batch)
@@ -120,7 +120,7 @@ def test_tree_groups_default_follows_whether_the_workers_are_pinned():
     one = cortex.compile(model, target="opencl", tree_groups=1)
     assert one.schedule.tree_groups == 1 and forms.GROUPED_KERNEL not in one.artifact.kernels
     one.run(one.linearize(BATCHES["TreeLSTM"][2]))
-    assert one.artifact.last_groups == 1
+    assert one.artifact.last_form != "tree_groups"
     assert cortex.compile(model, target="opencl", tree_groups=0).backend.capabilities.independent_groups == units
     with pytest.raises(ValueError, match="tree_groups"):
         cortex.compile(model, target="opencl", tree_groups=-2)
