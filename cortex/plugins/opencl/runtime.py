@@ -34,6 +34,9 @@ instead: the call's index arrays are put in the grouped layout
 (``cortex.core.linearize.groups``), the leaves run in their own launch over every compute unit,
 then ONE launch of that many work-groups walks the levels, each group only its own trees; the
 outputs are read back in the grouped order and put back in the caller's order on the host.
+A call the one-work-group kernel would run, where the program has the shared-levels kernel
+(``shared``; the schedule's ``level_groups``), runs as ONE launch of that many work-groups
+that claim each level's units instead, with the counters this artifact owns (``cx_sync``).
 """
 
 from __future__ import annotations

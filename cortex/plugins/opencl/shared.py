@@ -121,8 +121,10 @@ def claim_slots(kernel: ir.Kernel, sizes: Mapping[str, int]) -> int:
     return count(kernel.body, dict(sizes))
 
 
-#: OpenCL C around a claimed loop: its counters, the claim, the wait (see the module doc).
 def claimed_loop(var: str, start: str, stop: str, body: list[str], pad: str) -> list[str]:
+    """OpenCL C of a claimed loop over ``[start, stop)`` whose rendered ``body`` binds ``var``:
+    units claimed one at a time, then the units run added to the done counter and the wait
+    for all of them (see the module doc)."""
     n, ran, unit = f"{var}__n", f"{var}__ran", f"{var}__u"
     claim = f"atomic_inc(&{SYNC}[{SLOT}])"
     return [
@@ -151,7 +153,7 @@ def kernel_text(text: str) -> str:
     if not head.endswith(") {") or not rest.endswith("\n}"):
         raise ValueError("unexpected kernel text")
     head = head[: -len(") {")] + f", __global volatile int* {SYNC}) {{"
-    done = [f"  mem_fence(CLK_GLOBAL_MEM_FENCE);",
+    done = ["  mem_fence(CLK_GLOBAL_MEM_FENCE);",
             f"  if (atomic_inc(&{SYNC}[0]) == (int)get_num_groups(0) - 1) {{",
             f"    for (int cx_i = 1; cx_i < {SLOT}; ++cx_i) {SYNC}[cx_i] = 0;",
             f"    {SYNC}[0] = 0;",
