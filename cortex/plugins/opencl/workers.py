@@ -85,7 +85,7 @@ def note_probe(pin: bool | None = None) -> None:
 
 def _origin(value: str | None) -> str:
     if value is None:
-        return "unset"
+        return "POCL_AFFINITY unset"
     who = "cortex's default, the user had not set it" if _PROCESS.set_by_cortex else "the user's"
     return f"POCL_AFFINITY={value} ({who})"
 
@@ -101,7 +101,7 @@ def pinning(requested: bool, pthread_device: bool) -> WorkerPinning:
     else:
         value = os.environ.get(ENV)
         when = (f"PoCL was loaded before cortex first looked, so its start value is assumed to be "
-                f"today's {_origin(value)}")
+                f"the environment's now, {_origin(value)}")
     pinned = (value or "0").strip() == "1"
     reason = f"{when}: workers {'pinned one per core' if pinned else 'not pinned'}"
     if pinned != requested:
