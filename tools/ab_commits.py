@@ -14,6 +14,7 @@ Usage (``git worktree add --detach ../base main`` makes the old tree)::
 
     python tools/ab_commits.py --old ../base --new . --targets llvm,opencl --rounds 20 --out ab.json
     python tools/ab_commits.py --old ../base --new . --targets llvm --schedule '{"node_jam": 4}'
+    python tools/ab_commits.py --old . --new . --targets opencl --old-env POCL_AFFINITY=0 --new-env POCL_AFFINITY=1
 
 Each worker checks that its outputs are finite and the driver reports the largest difference
 between the two trees' root states (same weights, same batch).
@@ -83,8 +84,9 @@ def worker(args: argparse.Namespace) -> int:
 
 
 class _Worker:
-    def __init__(self, tree: Path, args: argparse.Namespace, target: str, options: str) -> None:
-        env = dict(os.environ, PYTHONPATH=str(tree))
+    def __init__(self, tree: Path, args: argparse.Namespace, target: str, options: str,
+                 extra_env: dict[str, str]) -> None:
+        env = dict(os.environ, PYTHONPATH=str(tree), **extra_env)
         cmd = [sys.executable, str(HERE), "--worker", "--target", target, "--model", args.model,
                "--hidden", str(args.hidden), "--tokens", str(args.tokens),
                "--vocab", str(args.vocab), "--batches", args.batches, "--compile-options", options]
@@ -108,6 +110,13 @@ class _Worker:
         self.proc.wait()
 
 
+def _env(text: str) -> dict[str, str]:
+    pairs = [item.split("=", 1) for item in text.split(",") if item.strip()]
+    if any(len(pair) != 2 for pair in pairs):
+        raise SystemExit(f"--old-env/--new-env: {text!r} is not NAME=VALUE[,NAME=VALUE...]")
+    return {name.strip(): value for name, value in pairs}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -125,6 +134,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="calls of batch 1 per round and worker (batch b: this / b, at least 1)")
     p.add_argument("--compile-options", default="", help="JSON of cortex.compile options for both trees")
     p.add_argument("--new-options", default="", help="JSON of cortex.compile options for the new tree only")
+    p.add_argument("--old-env", default="", help="NAME=VALUE[,NAME=VALUE...] set for the old tree's "
+                   "worker only (a process-wide setting such as POCL_AFFINITY=0)")
+    p.add_argument("--new-env", default="", help="the same for the new tree's worker")
     p.add_argument("--out", default="")
     args = p.parse_args(argv)
     if args.worker:
@@ -135,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for target in args.targets.split(","):
         opts = {"old": args.compile_options, "new": args.new_options or args.compile_options}
-        workers = {k: _Worker(t, args, target, opts[k]) for k, t in trees.items()}
+        envs = {"old": _env(args.old_env), "new": _env(args.new_env)}
+        workers = {k: _Worker(t, args, target, opts[k], envs[k]) for k, t in trees.items()}
         try:
             times: dict[tuple[str, int, str], list[float]] = {}
             for r in range(args.rounds):
@@ -177,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
             for w in workers.values():
                 w.close()
     doc = {"old": str(trees["old"]), "new": str(trees["new"]), "model": args.model, "hidden": args.hidden,
-           "vocab": args.vocab,
+           "vocab": args.vocab, "old_env": args.old_env, "new_env": args.new_env,
            "rounds": args.rounds, "calls_per_round": args.calls_per_round, "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "results": results}
     if args.out:

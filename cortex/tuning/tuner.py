@@ -55,8 +55,9 @@ MAX_PROPOSALS = 4  # stop after this many candidates per budgeted trial (most we
 # ``bf16_dot``: a session measures float32 weights (a bfloat16 compile takes the float32 record),
 # where how bfloat16 weights are read changes nothing a session could measure. And
 # ``tree_groups`` (a batch's trees as several work-groups of one launch, on OpenCL): like the
-# threads, it gains only where a second core is free when the launch starts (docs/opencl.md).
-HOLD = ("threads", "bf16_dot", "tree_groups")
+# threads, it gains only where a second core is free when the launch starts (docs/opencl.md);
+# ``level_groups`` (one tree's levels shared by several work-groups) for the same reason.
+HOLD = ("threads", "bf16_dot", "tree_groups", "level_groups")
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,8 @@ def test_knob_names_are_the_ones_the_lowering_reads():
                           "hidden_jam", "weight_block", "wide_lanes", "prefetch", "node_chunk", "hidden_tiles",
                           "single_group_nodes", "state_layout", "state_block", "refactor", "recursive_unroll", "bf16_dot",
                           "hoist_projections", "row_jam",
-                          "panel_kib", "level_split", "k_block", "tree_groups", "leaf_tables", "jam_rows", "leaf_kids")
+                          "panel_kib", "level_split", "k_block", "tree_groups", "leaf_tables", "jam_rows", "leaf_kids",
+                          "level_groups")
     assert tuple(k.name for k in ScheduleSpace(CPU).knobs) == KNOB_NAMES
 
 

@@ -238,6 +238,8 @@ def test_opencl_warmup_launches_each_execution_form(fresh_cache):
         forms.append(exe.artifact.last_form)
 
     exe.artifact.launch = launch
-    # a batch of several trees in between where the device runs tree groups
-    want = ["single_group"] + (["tree_groups"] if exe.artifact.tree_groups > 1 else []) + ["per_level"]
+    # a batch of several trees in between where the device runs tree groups; one tree on
+    # shared levels where its workers are pinned
+    one = "shared_levels" if exe.artifact.level_groups > 1 else "single_group"
+    want = [one] + (["tree_groups"] if exe.artifact.tree_groups > 1 else []) + ["per_level"]
     assert exe.warmup() is exe and forms == want and nodes[0] == 1 and nodes[-1] > 1

@@ -58,8 +58,8 @@ COMPILED: dict[str, tuple] = {}
 def _executables(name: str):
     if name not in COMPILED:
         model = build_model(GroupKey(name, 8, None, 7, 0))
-        grouped = cortex.compile(model, target="opencl", tree_groups=2)
-        one = cortex.compile(model, target="opencl", form="single_group")
+        grouped = cortex.compile(model, target="opencl", tree_groups=2, schedule={"level_groups": 1})
+        one = cortex.compile(model, target="opencl", form="single_group", tree_groups=1)
         COMPILED[name] = (model, grouped, one, cortex.compile(model, target="numpy", dtype="float64"))
     return COMPILED[name]
 
@@ -95,7 +95,7 @@ def test_a_node_blocked_state_keeps_one_work_group():
     """The grouped layout permutes rows; a state laid out in node blocks is not rows, so such
     a program gets no tree-group kernel and runs, correctly, as one work-group."""
     model, _, one, _ = _executables("TreeLSTM")
-    exe = cortex.compile(model, target="opencl", tree_groups=2, schedule={"state_layout": "node_blocked"})
+    exe = cortex.compile(model, target="opencl", tree_groups=2, schedule={"state_layout": "node_blocked", "level_groups": 1})
     assert forms.GROUPED_KERNEL not in exe.artifact.kernels
     batch = exe.linearize(BATCHES["TreeLSTM"][2])
     got = exe.run(batch)
@@ -103,21 +103,27 @@ def test_a_node_blocked_state_keeps_one_work_group():
     np.testing.assert_allclose(got.nodes("h"), one.run(batch).nodes("h"), rtol=1e-5, atol=1e-6)
 
 
-def test_tree_groups_are_an_option_off_by_default():
-    """``tree_groups``: 1 (the default) keeps one work-group and builds no second kernel; 0 takes
-    the device's compute units; anything else out of range is refused by name."""
+def test_tree_groups_default_follows_whether_the_workers_are_pinned():
+    """``tree_groups``: -1 (the default) leaves it to the rule (the compute units where PoCL's
+    workers are pinned, else one work-group and no second kernel); 1 keeps one work-group; 0
+    takes the device's compute units; anything else out of range is refused by name."""
     from cortex.plugins.opencl.device import device_for
 
+    units = max(1, device_for("").info.compute_units)
     model, _, _, _ = _executables("TreeLSTM")
     default = cortex.compile(model, target="opencl")
-    assert default.backend.capabilities.independent_groups == 1
-    assert forms.GROUPED_KERNEL not in default.artifact.kernels
-    default.run(default.linearize(BATCHES["TreeLSTM"][2]))
-    assert default.artifact.last_groups == 1
-    units = cortex.compile(model, target="opencl", tree_groups=0).backend.capabilities.independent_groups
-    assert units == max(1, device_for("").info.compute_units)
+    caps = default.backend.capabilities
+    assert caps.independent_groups == 0
+    assert caps.pinned_workers == default.backend.runtime.pinning.in_effect
+    assert default.schedule.tree_groups == (units if caps.pinned_workers else 1)
+    assert (forms.GROUPED_KERNEL in default.artifact.kernels) == (default.schedule.tree_groups > 1)
+    one = cortex.compile(model, target="opencl", tree_groups=1)
+    assert one.schedule.tree_groups == 1 and forms.GROUPED_KERNEL not in one.artifact.kernels
+    one.run(one.linearize(BATCHES["TreeLSTM"][2]))
+    assert one.artifact.last_form != "tree_groups"
+    assert cortex.compile(model, target="opencl", tree_groups=0).backend.capabilities.independent_groups == units
     with pytest.raises(ValueError, match="tree_groups"):
-        cortex.compile(model, target="opencl", tree_groups=-1)
+        cortex.compile(model, target="opencl", tree_groups=-2)
 
 
 def test_tree_groups_are_a_schedule_knob_the_tuner_can_choose():

@@ -60,8 +60,9 @@ CLAIMS_PER_THREAD = 4
 #: Launch settings a schedule records on a program for the runtime (``Program.launch``):
 #: "threads" (CPU worker threads of a call), "single_group_nodes" (inputs of at most this many
 #: nodes run as one work-group launch where the backend derives that form), "kernel_form",
-#: "tree_groups" (work-groups that form may run at once, each over its own trees).
-LAUNCH_KEYS = ("threads", "single_group_nodes", "kernel_form", "tree_groups", "bf16_dot")
+#: "tree_groups" (work-groups that form may run at once, each over its own trees),
+#: "level_groups" (work-groups that form's levels are shared between, claiming units).
+LAUNCH_KEYS = ("threads", "single_group_nodes", "kernel_form", "tree_groups", "bf16_dot", "level_groups")
 SCOPES = ("global", "shared", "private")  # "shared" is OpenCL's __local, CUDA's __shared__
 ROLES = ("input", "param", "index", "output", "temp")  # input/param/index are read-only
 READ_ONLY_ROLES = ("input", "param", "index")

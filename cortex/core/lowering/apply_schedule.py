@@ -141,6 +141,10 @@ def apply_schedule(program: ir.Program, s: Schedule, caps: Capabilities,
             launch.append(("tree_groups", s.tree_groups))
             notes.append(f"tree_groups={s.tree_groups}: the one-work-group form runs a "
                          "batch of several trees as that many work-groups, each over its own trees")
+        if s.level_groups > 1 and s.kernel_form == "auto":
+            launch.append(("level_groups", s.level_groups))
+            notes.append(f"level_groups={s.level_groups}: the one-work-group form runs as that many "
+                         "work-groups that claim each level's units")
     program = replace(program, launch=tuple(launch))
     program, loop_notes = apply_loop_schedule(program, s, caps)
     program, state_notes = apply_state_layout(program, s)

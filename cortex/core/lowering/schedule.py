@@ -79,6 +79,7 @@ class Schedule:
     leaf_tables: bool = False
     jam_rows: int = 0
     leaf_kids: bool = False
+    level_groups: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         # every knob is a scalar, so a flat copy is ``dataclasses.asdict`` without its deep

@@ -79,6 +79,8 @@ preference in ``Capabilities.preferred`` and the rule takes it when it is legal.
                        address the loop keeps in a register (0 = no limit)
 ``leaf_kids``          a level's nodes with a leaf child read that child's projections from the
                        level-1 case's tables, in node loops of their own (``lowering.leaf_kids``)
+``level_groups``       work-groups the one-work-group form runs as, claiming each level's units
+                       at run time (one tree on several cores; 1 = one group)
 =====================  ========================================================================
 """
 
@@ -160,12 +162,27 @@ def space_knobs(caps: Capabilities, dtype: str) -> tuple[tuple[Knob, ...], tuple
     team = cpu and not unit_items  # a parallel loop split into one chunk per thread (llvm)
     dynamic = team and caps.dynamic_split  # ... or claimed by its threads at run time (llvm)
     panel = 1 << ((cache_kib // 2).bit_length() - 1) if cache_kib >= 128 else 0
-    # the target's setting (the opencl option ``tree_groups``): off unless asked for, since a
-    # second group only gains where a second core is free when the launch starts (docs/opencl.md)
-    groups = max(1, caps.independent_groups) if caps.single_group_form else 1
-    groups_rule = (f"the target's setting ({groups}; off unless asked for: a second work-group "
-                   "gains only where a second core is free at the launch)" if caps.single_group_form
-                   else "no one-work-group form here")
+    # the target's setting (the opencl option ``tree_groups``), else by rule: a group per compute
+    # unit where the device's workers are pinned (every group of a launch starts at once:
+    # 0.59-0.72x the time at b10 on a quiet 2-core PoCL device), else one, since an unpinned
+    # worker starts the second group too late to gain (docs/opencl.md, "Both cores")
+    if not caps.single_group_form:
+        groups, groups_rule = 1, "no one-work-group form here"
+    elif caps.independent_groups >= 1:
+        groups, groups_rule = caps.independent_groups, f"the target's setting ({caps.independent_groups})"
+    elif caps.pinned_workers:
+        groups = max(1, caps.num_cores)
+        groups_rule = f"the {groups} compute units: the device's workers are pinned, a launch's groups start at once"
+    else:
+        groups, groups_rule = 1, "1: the device's workers are not pinned, a second work-group starts too late"
+    # a tree's levels shared between groups that claim their units: where started groups make
+    # progress (a group waits only for units a started group holds) and every group of a
+    # launch starts at once (pinned workers), one per compute unit
+    sharing = caps.single_group_form and caps.groups_progress
+    shared = max(1, caps.num_cores) if sharing and caps.pinned_workers else 1
+    shared_rule = (f"the {shared} compute units: started groups make progress and the workers are pinned"
+                   if shared > 1 else "1: " + ("the workers are not pinned" if sharing
+                                               else "no groups that claim units at run time here"))
     panels = _with((0, 256, 512, 1024, 2048, 4096), panel)
     panel_rule = (f"half of a core's {cache_kib} KiB cache (a power of two)" if panel
                   else "off: the cache size is unknown")
@@ -298,6 +315,10 @@ def space_knobs(caps: Capabilities, dtype: str) -> tuple[tuple[Knob, ...], tuple
              else "off: a grid target's node loops are not split into groups by case",
              active=lambda s: s["leaf_specialization"], needs=("leaf_specialization",),
              when="leaf_specialization"),
+        knob("level_groups", _with((1, 2, 4), shared) if sharing else (1,), shared,
+             "work-groups the one-work-group form shares each level between (units claimed at "
+             "run time; 1 = one)", shared_rule, active=lambda s: s["kernel_form"] == "auto",
+             needs=("kernel_form",), when="kernel_form == 'auto'"),
     )
     constraints = (
         Constraint("tile_hidden must be 0 or a multiple of vector_width",

@@ -64,8 +64,18 @@ class Capabilities:
     dynamic_split: bool = False
     # work-groups the single-group form runs in one launch, each walking the levels of its own
     # trees of the batch (no barrier across them: ``cortex.core.linearize.groups``); 1 = one
-    # (the opencl target's ``tree_groups`` option sets it); the default of the knob ``tree_groups``
+    # (the opencl target's ``tree_groups`` option sets it); the default of the knob ``tree_groups``;
+    # 0 = by rule: ``num_cores`` where ``pinned_workers``, else 1
     independent_groups: int = 1
+    # the device's worker threads are pinned one per core, so every work-group of a launch
+    # starts at once (PoCL's CPU device with POCL_AFFINITY=1); unpinned, a sleeping worker
+    # starts a launch's second group late
+    pinned_workers: bool = False
+    # a work-group that has started makes progress to its end whatever the others do (each runs
+    # on an OS thread: PoCL's CPU device), so a group may wait for units another started group
+    # claimed: the single-group form may share one tree's levels between groups that claim
+    # each level's units at run time (the knob ``level_groups``)
+    groups_progress: bool = False
 
     def vector_lanes(self, itemsize: int) -> int:
         """Lanes of a SIMD register for elements of ``itemsize`` bytes (1 when unknown)."""

@@ -32,7 +32,7 @@ from cortex.core.plugin.backend import Compiler, Renderer, Source
 from cortex.core.diskcache import DiskCache, digest
 from cortex.core.errors import CortexError
 from cortex.core.loopir.verify import verify
-from cortex.plugins.opencl import forms
+from cortex.plugins.opencl import forms, shared
 from cortex.plugins.opencl.device import Device
 from cortex.plugins.opencl.vectors import render
 from cortex.plugins.opencl.runtime import FORMS, CompiledProgram
@@ -120,6 +120,21 @@ def add_tree_groups(program: ir.Program) -> ir.Program:
     return replace(program, kernels=program.kernels + (kernel,))
 
 
+def add_shared_levels(program: ir.Program) -> ir.Program:
+    """``program`` with its shared-levels kernel (``shared.shared_kernel``: one tree's levels
+    on ``level_groups`` work-groups that claim each level's units) when the schedule records
+    ``level_groups`` of at least 2 and the kernel can be derived and verified; else
+    ``program`` (one tree then runs as one work-group, as before)."""
+    if int(dict(program.launch).get("level_groups", 1)) < 2 or forms.needs_single_group(program):
+        return program
+    try:
+        kernel = shared.shared_kernel(program)
+        verify(replace(program, kernels=(kernel,), host=(ir.Launch(kernel.name),)))
+    except (ValueError, ir.LoopIRError):
+        return program
+    return replace(program, kernels=program.kernels + (kernel,))
+
+
 class OpenCLRenderer(Renderer):
     """Scheduled LoopProgram -> :class:`OpenCLSource` (per-level kernels + single-group kernel).
 
@@ -145,7 +160,7 @@ class OpenCLRenderer(Renderer):
         shaped = forms.sink_into_selects(forms.to_work_groups(forms.split_phases(program)))
         if self.fast_math:
             shaped = forms.split_reductions(forms.tanh_via_sigmoid(forms.unfused_fma(forms.hoist_guards(shaped))))
-        full = add_tree_groups(add_single_group(shaped))
+        full = add_shared_levels(add_tree_groups(add_single_group(shaped)))
         if forms.needs_single_group(program):  # its kernels' grid barriers are unusable here
             full = replace(full, kernels=(full.kernel(forms.SINGLE_KERNEL),), host=())
         jammed = any(isinstance(n, ir.Alloc) and n.scope == "private" for k in program.kernels for n in ir.walk(k.body))

@@ -34,6 +34,9 @@ instead: the call's index arrays are put in the grouped layout
 (``cortex.core.linearize.groups``), the leaves run in their own launch over every compute unit,
 then ONE launch of that many work-groups walks the levels, each group only its own trees; the
 outputs are read back in the grouped order and put back in the caller's order on the host.
+A call the one-work-group kernel would run, where the program has the shared-levels kernel
+(``shared``; the schedule's ``level_groups``), runs as ONE launch of that many work-groups
+that claim each level's units instead, with the counters this artifact owns (``cx_sync``).
 """
 
 from __future__ import annotations
@@ -49,8 +52,9 @@ from cortex.core.errors import CortexError
 from cortex.core.linearize.groups import TreeGroups, group_trees
 from cortex.core.loopir.interpret import eval_shape, np_dtype
 from cortex.core.plugin.backend import Runtime, check_index_values
-from cortex.plugins.opencl import forms
+from cortex.plugins.opencl import forms, shared
 from cortex.plugins.opencl.device import Device
+from cortex.plugins.opencl.workers import WorkerPinning
 
 #: ``form`` values: "auto" follows the schedule (``kernel_form`` and ``single_group_nodes``,
 #: recorded in ``Program.launch``); the others force one shape ("single_group": exactly one
@@ -280,6 +284,14 @@ class CompiledProgram:
                                    if b.name in forms.GROUPED_ARRAYS)
         self._grouped_memo: tuple[Any, ...] | None = None  # (arrays, layout, grouped arrays)
         self._one_group_sizes: dict[tuple[int, ...], bool] = {}  # ``_one_group``
+        # the shared-levels kernel: its work-groups (the schedule's ``level_groups``; 1 = none),
+        # which run a call the one-work-group kernel would, and its counters (``shared``)
+        self.level_groups = 1
+        if shared.SHARED_KERNEL in self.kernels and form == "auto" and launch.get("kernel_form", "auto") == "auto":
+            self.level_groups = int(launch.get("level_groups", 1))
+        self._sync: Any = None
+        self._sync_ints = 0
+        self._slots: dict[tuple[tuple[str, int], ...], int] = {}
         self.last_form = ""
         self.last_groups = 1  # work-groups of the last call's tree-group launch (1: none)
         self.launches = 0  # kernel launches of the last call
@@ -404,7 +416,11 @@ class CompiledProgram:
             self.launches = 0
             self.last_form = plan.form
             self.last_groups = 1 if layout is None else layout.groups
-            if plan.form == "single_group":
+            sync = self._sync_buffer(plan.sizes) if plan.form == "single_group" and self.level_groups > 1 else None
+            if sync is not None:
+                self.last_form, self.last_groups = "shared_levels", self.level_groups
+                self._enqueue(shared.SHARED_KERNEL, device_args + [sync], (), self.level_groups)
+            elif plan.form == "single_group":
                 self._enqueue(forms.SINGLE_KERNEL, device_args, (), 1)
             elif plan.form == "tree_groups":
                 assert layout is not None
@@ -428,6 +444,33 @@ class CompiledProgram:
         for i, view in plan.read_back:
             buffers[i].host = view
             buffers[i].rows = rows
+
+    def _sync_buffer(self, sizes: Mapping[str, int]) -> Any:
+        """The shared-levels kernel's counters (``shared``), zeros, big enough for a call of
+        these sizes: two per claimed loop it runs, and the count of finished groups. The kernel
+        leaves them zero, so a buffer is filled only when it is made. None where the host
+        cannot count the loops (the call then runs as one work-group)."""
+        import pyopencl as cl
+
+        key = tuple(sorted(sizes.items()))
+        slots = self._slots.get(key)
+        if slots is None:
+            if len(self._slots) >= 64:
+                self._slots.clear()
+            try:
+                slots = shared.claim_slots(self.kernels[shared.SHARED_KERNEL], sizes)
+            except ValueError:
+                slots = -1
+            self._slots[key] = slots
+        if slots < 0:
+            return None
+        need = 1 + 2 * slots
+        if self._sync is None or self._sync_ints < need:
+            self._sync_ints = 1 << max(6, (need - 1).bit_length())
+            mf = cl.mem_flags
+            self._sync = cl.Buffer(self.device.context, mf.READ_WRITE | mf.COPY_HOST_PTR,
+                                   hostbuf=np.zeros(self._sync_ints, np.int32))
+        return self._sync
 
     def _one_group(self, size_args: tuple[Any, ...]) -> bool:
         """Would ``form="auto"`` run a call of these sizes as the one-work-group kernel?
@@ -621,10 +664,15 @@ def _dedicated(device: Device, array: np.ndarray, name: str) -> Any:
 
 
 class OpenCLRuntime(Runtime):
-    """The core's Runtime over one device's queue (see the module doc for the handles)."""
+    """The core's Runtime over one device's queue (see the module doc for the handles).
 
-    def __init__(self, device: Device) -> None:
+    ``pinning`` says whether the compile's ``pin_workers`` request holds (PoCL's workers pinned
+    one per core or not, decided when the process started PoCL) and why
+    (``exe.backend.runtime.pinning``)."""
+
+    def __init__(self, device: Device, pinning: WorkerPinning | None = None) -> None:
         self.device = device
+        self.pinning = pinning
 
     def allocate(self, shape: tuple[int, ...], dtype: np.dtype) -> Allocation:
         return Allocation(tuple(int(d) for d in shape), np.dtype(dtype))

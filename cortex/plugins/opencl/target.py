@@ -15,6 +15,7 @@ from cortex.core.plugin import hostinfo
 from cortex.core.plugin.backend import Backend
 from cortex.core.plugin.distribution import pip_install
 from cortex.core.plugin.targets import Availability, Target, TargetOption
+from cortex.plugins.opencl import workers
 
 PACKAGE = "pyopencl"  # the Python package code generation needs
 FIX = pip_install("opencl")
@@ -23,6 +24,12 @@ DEVICE_FIX = (
     "for a CPU device"
 )
 _DEVICE = re.compile(r"^(|cpu|gpu|accelerator|\d+:\d+|name:.+)$")
+
+
+#: The ``pin_workers`` default, applied to the process when the plugin registers its target:
+#: pinned PoCL workers start a launch's work-groups at once (tree groups 0.59-0.72x the time at
+#: b10 on a quiet 2-core machine; at load ~4 pinning cost 1.33-1.51x: docs/opencl.md).
+PIN_WORKERS = True
 
 
 def _device_problem(value: str) -> str | None:
@@ -43,13 +50,18 @@ OPTIONS = (
     TargetOption("fast_math", bool, True, "let the OpenCL compiler reassociate float sums "
                  "(-cl-unsafe-math-optimizations) so dot products vectorize; results change by "
                  "rounding only"),
-    TargetOption("tree_groups", int, 1, "work-groups the one-work-group form splits a batch of "
+    TargetOption("tree_groups", int, -1, "work-groups the one-work-group form splits a batch of "
                  "several trees into, each walking its own trees' levels (a CPU device runs "
-                 "them on several cores): the default of the schedule knob tree_groups; 1 = one "
-                 "work-group (measured no faster on a 2-core PoCL device, where the second "
-                 "group mostly starts too late, and each build compiles one more kernel)",
-                 minimum=0, maximum=1024,
-                 allowed="an integer from 0 to 1024 (0 = the device's compute units)"),
+                 "them on several cores): the default of the schedule knob tree_groups; -1 = by "
+                 "rule (the compute units where the device's workers are pinned, else 1: an "
+                 "unpinned PoCL worker starts the second group too late to gain)",
+                 minimum=-1, maximum=1024,
+                 allowed="an integer from -1 to 1024 (-1 = by rule, 0 = the device's compute "
+                         "units, 1 = one work-group)"),
+    TargetOption("pin_workers", bool, PIN_WORKERS, "PoCL's worker threads pinned one per core "
+                 "(POCL_AFFINITY=1), so a launch's work-groups start at once; set for the whole "
+                 "process before PoCL starts (a POCL_AFFINITY the user set wins); "
+                 "exe.backend.runtime.pinning says whether it is in effect and why"),
 )
 
 
@@ -63,6 +75,7 @@ def runnable() -> Availability:
     state = enabled()
     if not state:
         return state
+    workers.note_probe()
     found = hostinfo.opencl_devices()
     if not found.devices:
         return Availability.no(found.error, DEVICE_FIX)
@@ -74,6 +87,7 @@ def environment_info() -> dict[str, str]:
     it (``P:D``), its compute units and whether it has fp64."""
     if not enabled():
         return {"pyopencl": "not installed"}
+    workers.note_probe()
     found = hostinfo.opencl_devices()
     info = {"pyopencl": metadata.version("pyopencl")}
     if not found.devices:

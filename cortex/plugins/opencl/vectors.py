@@ -43,6 +43,7 @@ from cortex.core import loopir as ir
 from cortex.core.lowering.jam_fuse import split_lane
 from cortex.core.render import c_family as render_c
 from cortex.core.render.dialects import get_dialect
+from cortex.plugins.opencl import shared
 
 #: Lanes of an OpenCL vector statement (``vectorized`` loops of these trip counts).
 VECTOR_TRIPS = (2, 3, 4, 8, 16)
@@ -86,9 +87,16 @@ class _VectorRenderer(render_c.CRenderer):
     wide = False  # the wide form (see the module doc) is being tried
     rows = False  # the narrow form is being tried: elements through their row pointers
     lanes = 0  # of the loop being written
+    claims = False  # writing the shared-levels kernel: its work-group loops claim units
 
     def kernel(self, k: ir.Kernel) -> str:
-        text = super().kernel(k)
+        self.claims = k.name == shared.SHARED_KERNEL
+        try:
+            text = super().kernel(k)
+        finally:
+            self.claims = False
+        if k.name == shared.SHARED_KERNEL:
+            text = shared.kernel_text(text)
         if self.min_vector_bits and text.startswith("__kernel void"):
             text = f"__kernel __attribute__((min_vector_width({self.min_vector_bits}))) void" + text[len("__kernel void"):]
         return text
@@ -255,6 +263,11 @@ class _VectorRenderer(render_c.CRenderer):
         return None
 
     def loop(self, s: ir.For, depth: int) -> list[str]:
+        if self.claims and shared.claimed(s):  # the shared-levels kernel's claimed units
+            pad = "  " * depth
+            lo, hi = self.expr(s.start), self.expr(s.stop)
+            head = self.flush(pad)
+            return head + shared.claimed_loop(s.var, lo, hi, self.stmt(s.body, depth + 2), pad)
         start, stop = ir.const_int(s.start), ir.const_int(s.stop)
         if (s.kind != "vectorized" or start is None or stop is None
                 or stop - start not in VECTOR_TRIPS + WIDE_TRIPS):
