@@ -24,6 +24,14 @@ import pytest
 
 PLUGIN_SAMPLES = Path(__file__).parent / "plugins"
 
+# Test processes run beside each other on shared cores (pytest-xdist's workers, CI's suites in
+# the background), where PoCL's workers pinned one per core lose badly (docs/opencl.md, "Both
+# cores"): the tests start PoCL unpinned unless the caller set POCL_AFFINITY. The pinned
+# defaults are tested where a test asks for them (test_opencl_workers, test_opencl_shared_levels,
+# test_opencl_tree_groups), and the conformance suite (`--pyargs cortex.testing`, not this
+# folder) runs the target with its defaults.
+os.environ.setdefault("POCL_AFFINITY", "0")
+
 
 @pytest.fixture(scope="session", autouse=True)
 def private_cache_dir(tmp_path_factory: pytest.TempPathFactory):
