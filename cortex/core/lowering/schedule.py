@@ -157,6 +157,12 @@ class Constraint:
     knobs: tuple[str, ...] = ()
 
 
+# Each space's legal assignments per component, by (Capabilities, dtype): a CPU space has about
+# 160,000 in one component, a fraction of a second to find, and compiles build spaces often.
+# Read only: sample() and enumerate() copy out of them.
+_LEGAL_PARTS: dict[tuple[Capabilities, str], list[list[dict[str, Any]]]] = {}
+
+
 class ScheduleSpace:
     """The legal knob settings for a target and a float type (knobs: ``schedule_knobs``)."""
 
@@ -275,25 +281,50 @@ class ScheduleSpace:
     def _parts(self) -> list[list[dict[str, Any]]]:
         """Per component, its legal canonical assignments (deterministic order)."""
         if self._legal_parts is None:
-            base = NEUTRAL.to_dict()
-            parts = []
-            for comp in self._components:
-                names = {k.name for k in comp}
-                checks = [c for c in self.constraints if set(c.knobs) <= names]
-                legal, seen = [], set()
-                for values in itertools.product(*(k.choices for k in comp)):
-                    d = dict(zip((k.name for k in comp), values))
-                    full = {**base, **d}
-                    if any(not k.is_active(full) and d[k.name] != k.neutral_value for k in comp):
-                        continue  # not canonical: the same as the neutral value here
-                    if all(c.ok(Schedule(**full)) for c in checks):
-                        key = tuple(d.items())
-                        if key not in seen:
-                            seen.add(key)
-                            legal.append(d)
-                parts.append(legal)
-            self._legal_parts = parts
+            key = (self.caps, self.dtype)  # the knobs and constraints are functions of these
+            if key not in _LEGAL_PARTS:
+                if len(_LEGAL_PARTS) >= 32:
+                    _LEGAL_PARTS.pop(next(iter(_LEGAL_PARTS)))
+                _LEGAL_PARTS[key] = [self._legal_assignments(comp) for comp in self._components]
+            self._legal_parts = _LEGAL_PARTS[key]
         return self._legal_parts
+
+    def _legal_assignments(self, comp: list[Knob]) -> list[dict[str, Any]]:
+        """A component's legal canonical assignments, in the order of the product of its knobs'
+        choices (knob order), found depth first: each canonical check (an inactive knob must
+        hold its neutral value) and each constraint is tested as soon as the knobs it reads are
+        assigned, so a branch that fails is cut there rather than every combination built."""
+        base = NEUTRAL.to_dict()
+        names = [k.name for k in comp]
+        position = {name: i for i, name in enumerate(names)}
+        # what to test once knob i is assigned: the knobs and constraints it completes
+        canonical_at: list[list[Knob]] = [[] for _ in comp]
+        for k in comp:
+            canonical_at[max(position[n] for n in (k.name, *k.needs))].append(k)
+        constraints_at: list[list[Constraint]] = [[] for _ in comp]
+        for c in self.constraints:
+            if c.knobs and set(c.knobs) <= set(names):
+                constraints_at[max(position[n] for n in c.knobs)].append(c)
+        legal: list[dict[str, Any]] = []
+        full = dict(base)
+
+        def extend(i: int) -> None:
+            if i == len(comp):
+                legal.append({name: full[name] for name in names})
+                return
+            for value in comp[i].choices:
+                full[names[i]] = value
+                if any(not k.is_active(full) and full[k.name] != k.neutral_value for k in canonical_at[i]):
+                    continue  # not canonical: the same program as the neutral value here
+                if constraints_at[i]:
+                    s = Schedule(**full)
+                    if not all(c.ok(s) for c in constraints_at[i]):
+                        continue
+                extend(i + 1)
+            full[names[i]] = base[names[i]]
+
+        extend(0)
+        return legal
 
     def enumerate(self) -> Iterator[Schedule]:
         """Every legal canonical schedule, lazily, in a deterministic order."""
