@@ -39,7 +39,8 @@ def test_hoisted_projections_compute_what_the_levels_did(name):
     batches = [make_batch(spec, items, rng) for items in spec_families(spec, rng).values()]
     sp = ScheduleSpace(CPU, "float64")
     cases = [{}, {"interchange": True, "node_jam": 4, "hidden_jam": 2}, {"node_chunk": 4},
-             {"refactor": True}, {"state_layout": "node_blocked", "state_block": 4}, {"fuse": False}]
+             {"refactor": True}, {"state_layout": "node_blocked", "state_block": 4}, {"fuse": False},
+             {"kernel_form": "per_level", "interchange": True, "node_jam": 4, "hidden_jam": 2}]
     for knobs in cases:
         plain = lower(spec.graph, sp.with_knobs(hoist_projections=False, **knobs), CPU, "float64")
         hoist = lower(spec.graph, sp.with_knobs(hoist_projections=True, **knobs), CPU, "float64")
@@ -72,14 +73,32 @@ def test_the_hoist_is_on_by_default_on_a_cpu_and_moves_dagrnn_input_term_before_
 
 
 def test_nothing_to_hoist_leaves_the_program_unchanged():
-    """TreeGRU's internal case reads no input; a per-level program has no level loop in a
-    kernel; an unrolled one has phases instead of levels: all unchanged."""
+    """TreeGRU's internal case reads no input; an unrolled program has phases instead of
+    levels: both unchanged."""
     sp = ScheduleSpace(CPU, "float32")
     gru = lower(SPEC["TreeGRU"].graph, sp.with_knobs(hoist_projections=False), CPU).program
     assert hoist_projections(gru) == (gru, 0)
-    for knobs in ({"kernel_form": "per_level"}, {"recursive_unroll": 2}):
-        dag = lower(SPEC["DAGRNN"].graph, sp.with_knobs(hoist_projections=False, **knobs), CPU).program
-        assert hoist_projections(dag) == (dag, 0)
+    dag = lower(SPEC["DAGRNN"].graph, sp.with_knobs(hoist_projections=False, recursive_unroll=2), CPU).program
+    assert hoist_projections(dag) == (dag, 0)
+
+
+def test_a_per_level_program_computes_the_input_projection_in_a_kernel_launched_before_its_levels():
+    """In a per-level program (OpenCL's: a launch per level) the levels are the kernels a host
+    loop launches: the projection of every internal node's input is a kernel of its own, one
+    node loop over levels first..L-1, launched once before that host loop."""
+    sp = ScheduleSpace(CPU, "float32")
+    plain = lower(SPEC["DAGRNN"].graph, sp.with_knobs(hoist_projections=False, kernel_form="per_level"), CPU).program
+    program, n = hoist_projections(plain)
+    assert n == 1
+    (proj,) = [b for b in program.buffers if b.name.startswith("proj")]
+    loop = next(i for i, st in enumerate(program.host) if isinstance(st, ir.HostFor))
+    prologue = program.host[loop - 1]
+    assert isinstance(prologue, ir.Launch) and prologue.kernel not in {k.name for k in plain.kernels}
+    kernel = program.kernel(prologue.kernel)
+    assert not kernel.params and any(isinstance(n, ir.Store) and n.buffer == proj.name for n in ir.walk(kernel.body))
+    (level,) = [program.kernel(x.kernel) for x in program.host[loop].body]
+    assert any(isinstance(n, ir.Load) and n.buffer == proj.name for n in ir.walk(level.body))
+    assert not any(isinstance(n, ir.Load) and n.buffer == "features" for n in ir.walk(level.body))
 
 
 def test_childsum_forget_gate_gemv_runs_per_child_edge_before_the_levels_nodes():

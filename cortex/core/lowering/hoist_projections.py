@@ -30,10 +30,14 @@ the jam groups like nodes (``Q [E, ...]``, read back as ``Q[e, j]``)::
     parallel for v in level l: ... sum(e in child_offsets[v]..: sigmoid(... + Q[e, j]) * ...) ...
 
 A temp is indexed by the node (edge) and the flattened variables of the loops around the
-reduction (each ``0..n_i``), so it is written and read in the same order. Only the one-kernel
-form's level loop (``for l in first..L``, ``first`` a constant; with an input hoist the program
-then declares ``L >= first``) is rewritten: a per-level program has no place before its levels
-inside a kernel, and an unrolled program (phases of work units) has no level loop; both are left
+reduction (each ``0..n_i``), so it is written and read in the same order. The levels are the
+one-kernel form's level loop (``for l in first..L``, ``first`` a constant; with an input hoist the
+program then declares ``L >= first``), or, in a per-level program (OpenCL's: a launch per level),
+the kernels that a host loop ``for lh in first..L`` launches with the level: there the input
+projections are one kernel of their own (one node loop over every internal node, no chunks: its
+work-group loop must be the outermost loop), launched once before that host loop, and the edge
+loops go into the level's kernel before its nodes (the backend makes them a launch, or a barrier,
+of their own). An unrolled program (phases of work units) has no level loop and is left
 unchanged (the count says so).
 """
 
@@ -56,11 +60,11 @@ CHUNK_NODES = 256
 _HOISTABLE_ROLES = ("param", "input")
 
 
-def _level_node_loops(level: ir.For) -> list[ir.For]:
-    """The node loops (``level_offsets[l]..level_offsets[l + 1]``) directly in level loop ``level``."""
-    body = level.body
+def _level_node_loops(var: str, body: ir.Stmt) -> list[ir.For]:
+    """The node loops (``level_offsets[l]..level_offsets[l + 1]``, ``l`` = ``var``) directly in
+    ``body``: a level loop's body, or a per-level kernel's (``var`` its level parameter)."""
     stmts = body.stmts if isinstance(body, ir.Seq) else (body,)
-    lvl = ir.Var(level.var)
+    lvl = ir.Var(var)
     return [s for s in stmts if isinstance(s, ir.For) and is_node_loop(s)
             and isinstance(s.start, ir.Load) and s.start.index == (lvl,)]
 
@@ -221,58 +225,116 @@ def _dtype(r: ir.Reduce, dtypes: dict[str, str]) -> str:
     return "float64" if "float64" in floats else "float32"
 
 
+def _whole(node: str, first: ir.Expr, last: ir.Expr, body: ir.Stmt, kind: str, names: NameGen) -> ir.Stmt:
+    """``body`` for every node of levels ``first..last-1`` in one node loop (annotated
+    ``"nodes"``): the per-level program's prologue kernel, whose work-group loop must be its
+    outermost loop (a serial loop of chunks around it would need a barrier across groups)."""
+    lo, hi = names.fresh("proj_lo"), names.fresh("proj_hi")
+    nodes = ir.For(node, ir.Var(lo), ir.Var(hi), body, kind, annotations=("nodes",))
+    return ir.Let(lo, ir.Load("level_offsets", (first,)), ir.Let(hi, ir.Load("level_offsets", (last,)), nodes))
+
+
+def _per_level_launches(program: ir.Program) -> list[tuple[int, ir.HostFor]]:
+    """The host loops over levels ``first..L`` (``first`` a constant) whose steps each launch a
+    kernel of one parameter with the level, every such kernel launched nowhere else: the
+    per-level program's levels, with their positions in ``program.host``."""
+    def launches(steps: tuple[ir.Node, ...]) -> list[ir.Launch]:
+        out: list[ir.Launch] = []
+        for st in steps:
+            out += launches(st.body) if isinstance(st, ir.HostFor) else [st] if isinstance(st, ir.Launch) else []
+        return out
+
+    counts: dict[str, int] = {}
+    for launch in launches(program.host):
+        counts[launch.kernel] = counts.get(launch.kernel, 0) + 1
+    params = {k.name: k.params for k in program.kernels}
+    out = []
+    for i, st in enumerate(program.host):
+        if (isinstance(st, ir.HostFor) and st.stop == ir.Var("L") and ir.const_int(st.start) is not None
+                and st.body and all(isinstance(x, ir.Launch) and x.args == (ir.Var(st.var),)
+                                    and len(params.get(x.kernel, ())) == 1 and counts[x.kernel] == 1
+                                    for x in st.body)):
+            out.append((i, st))
+    return out
+
+
 def hoist_projections(program: ir.Program) -> tuple[ir.Program, int]:
-    """``program`` with every hoistable reduction of its level loops (see the module doc)
-    computed before the level loop for all the internal nodes; and how many were hoisted."""
+    """``program`` with every hoistable reduction of its levels (see the module doc) computed
+    before the levels for all the internal nodes; and how many were hoisted. The levels are a
+    kernel's level loop (``for l in first..L``; the prologue goes before it) or, in a per-level
+    program, the kernels a host loop over the levels launches (the prologue is a kernel of its
+    own, launched before that host loop)."""
     names = names_of(program)
     temps: list[ir.Buffer] = []
     count = min_levels = 0
 
-    def visit(s: ir.Stmt) -> ir.Stmt:
+    def level_body(var: str, first: ir.Expr, last: ir.Expr, body: ir.Stmt,
+                   chunked: bool) -> tuple[ir.Stmt, list[ir.Stmt]] | None:
+        """``body`` (the statements of level ``var``) with its hoisted reductions read from
+        their temps and the prologue that fills them; None when nothing is hoisted."""
         nonlocal count, min_levels
-        if isinstance(s, ir.Seq):
-            return ir.seq(*(visit(x) for x in s.stmts))
-        if isinstance(s, (ir.Let, ir.Alloc)):
-            return replace(s, body=visit(s.body))
-        if not (isinstance(s, ir.For) and s.kind in ("serial", "unrolled")):
-            return s
-        node_loops = _level_node_loops(s)
-        first = ir.const_int(s.start)
-        if not node_loops or first is None or s.stop != ir.Var("L"):
-            return replace(s, body=visit(s.body))
+        node_loops = _level_node_loops(var, body)
         prologue: list[ir.Stmt] = []
-        new_loops: dict[int, ir.For] = {}
+        new_loops: dict[int, ir.Stmt] = {}
         for loop in node_loops:
             h = _Hoister(program, loop.var, names)
-            lets, body = node_lets(loop)
-            new_body = h.stmt(body, (), ())
+            lets, loop_body = node_lets(loop)
+            new_body = h.stmt(loop_body, (), ())
             if not (h.nests or h.edge_nests):
                 continue
             for name, value in reversed(lets):
                 new_body = ir.Let(name, value, new_body)
             new_loop: ir.Stmt = replace(loop, body=new_body)
             if h.edge_nests:
-                new_loop = ir.seq(renamed_binders(h.edge_loop(ir.Var(s.var), loop.kind), names), new_loop)
+                new_loop = ir.seq(renamed_binders(h.edge_loop(ir.Var(var), loop.kind), names), new_loop)
             new_loops[id(loop)] = new_loop
             temps.extend(h.temps)
             count += len(h.nests) + len(h.edge_nests)
             if h.nests:
-                prologue.append(renamed_binders(_chunked(loop.var, s.start, s.stop, ir.seq(*h.nests), loop.kind,
-                                                         names), names))
+                shape = _chunked if chunked else _whole
+                prologue.append(renamed_binders(shape(loop.var, first, last, ir.seq(*h.nests), loop.kind, names),
+                                                names))
         if not new_loops:
-            return s
-        body = s.body
+            return None
+        if prologue:
+            min_levels = max(min_levels, ir.const_int(first) or 0)
         stmts = body.stmts if isinstance(body, ir.Seq) else (body,)
-        level = replace(s, body=ir.seq(*(new_loops.get(id(x), x) for x in stmts)))  # type: ignore[arg-type]
-        if not prologue:
-            return level
-        min_levels = max(min_levels, first)
-        return ir.seq(*prologue, level)
+        return ir.seq(*(new_loops.get(id(x), x) for x in stmts)), prologue  # type: ignore[arg-type]
 
-    kernels = tuple(replace(k, body=visit(k.body)) for k in program.kernels)
+    def visit(s: ir.Stmt) -> ir.Stmt:
+        if isinstance(s, ir.Seq):
+            return ir.seq(*(visit(x) for x in s.stmts))
+        if isinstance(s, (ir.Let, ir.Alloc)):
+            return replace(s, body=visit(s.body))
+        if not (isinstance(s, ir.For) and s.kind in ("serial", "unrolled")):
+            return s
+        if not _level_node_loops(s.var, s.body) or ir.const_int(s.start) is None or s.stop != ir.Var("L"):
+            return replace(s, body=visit(s.body))
+        done = level_body(s.var, s.start, s.stop, s.body, chunked=True)
+        if done is None:
+            return s
+        body, prologue = done
+        return ir.seq(*prologue, replace(s, body=body))
+
+    kernels = {k.name: replace(k, body=visit(k.body)) for k in program.kernels}
+    host = list(program.host)
+    for i, loop in reversed(_per_level_launches(program)):
+        prologue = []
+        for launch in loop.body:
+            k = kernels[launch.kernel]
+            done = level_body(k.params[0], loop.start, loop.stop, k.body, chunked=False)
+            if done is not None:
+                kernels[k.name] = replace(k, body=done[0])
+                prologue += done[1]
+        if prologue:
+            name = names.fresh("proj")
+            threads = max(kernels[x.kernel].threads_per_group for x in loop.body)
+            kernels[name] = ir.Kernel(name, (), ir.seq(*prologue), threads)
+            host.insert(i, ir.Launch(name))
     if not count:
         return program, 0
     # the prologue reads level_offsets[first]: the program has at least ``first`` levels
     # (``Lowered.bind_batch`` appends empty ones to a batch with fewer)
     sizes = tuple(replace(z, lo=max(z.lo, min_levels)) if z.name == "L" else z for z in program.sizes)
-    return replace(program, sizes=sizes, kernels=kernels, buffers=program.buffers + tuple(temps)), count
+    return replace(program, sizes=sizes, kernels=tuple(kernels.values()), host=tuple(host),
+                   buffers=program.buffers + tuple(temps)), count
