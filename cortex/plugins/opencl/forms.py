@@ -191,8 +191,11 @@ def grouped_kernel(program: ir.Program, table_rows: bool = False) -> ir.Kernel:
     for b in program.buffers:
         if b.read_only and b.role != "param" and b.name not in GROUPED_ARRAYS:
             raise ValueError(f"the grouped layout does not permute per-call array {b.name!r}")
-        if not b.read_only and (not b.shape or b.shape[0] != ir.Var("N")):
-            raise ValueError(f"buffer {b.name!r} is not one row per node")
+        # a temp with a row per child edge (a hoisted per-edge projection) is written and read
+        # in one level, by one group, over the grouped layout's own edge numbering
+        per_edge = b.role == "temp" and bool(b.shape) and b.shape[0] == ir.Var("E")
+        if not b.read_only and not per_edge and (not b.shape or b.shape[0] != ir.Var("N")):
+            raise ValueError(f"buffer {b.name!r} is not one row per node (or per child edge, a temp)")
     single = single_group_kernel(replace(program, host=rest))
     if _reads(single.body, "NL"):
         raise ValueError("the levels read the leaf count NL, which differs per group")
