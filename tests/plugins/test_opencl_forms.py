@@ -441,3 +441,38 @@ def test_tree_group_kernel_is_refused_for_programs_it_cannot_regroup():
     extra = replace(program, buffers=program.buffers + (ir.Buffer("unit_nodes", "int32", (ir.Var("N"),), "index"),))
     with pytest.raises(ValueError, match="unit_nodes"):
         forms.grouped_kernel(extra)
+
+
+@pytest.mark.parametrize("nodes", [2, 4, 8])
+def test_split_accumulators_gives_small_groups_partial_chains(nodes):
+    """A jammed group of few nodes has few FMA chains per fused loop: each gets partial
+    accumulators (chains x parts up to ``CHAINS``), summed after the loop; the results are the
+    jam's up to the reassociation, and the program still verifies."""
+    from cortex.core.lowering.jam import JamOptions, jam_levels
+    from cortex.core.lowering.level_interchange import interchange_levels
+    from cortex.core.lowering.loop_shapes import block_hidden_loops
+    from cortex.core.lowering.transforms import change_layout
+    from cortex.plugins.opencl.accumulators import CHAINS, split_accumulators
+
+    rng = np.random.default_rng(7)
+    program = _serial_hidden(change_layout(tree_rnn(form="per_level", dtype="float64", H=8), "W", "packed", 4))
+    jammed, _ = jam_levels(interchange_levels(block_hidden_loops(program, 4)[0])[0],
+                           JamOptions(nodes=nodes, register_lanes=4))
+    split = verify(split_accumulators(jammed))
+
+    def fused(p: ir.Program) -> list[ir.For]:
+        return [n for n in ir.walk(p.kernels[-1].body) if isinstance(n, ir.For) and n.kind == "serial"
+                and isinstance(n.body, ir.For) and n.body.kind == "vectorized"
+                and any(isinstance(s, ir.Store) and isinstance(s.value, ir.Call) for s in ir.walk(n.body))]
+
+    before, after = fused(jammed), fused(split)
+    assert before and len(after) == len(before)
+    for old, new in zip(before, after):
+        chains = sum(isinstance(s, ir.Store) for s in ir.walk(old.body))
+        parts = sum(isinstance(s, ir.Store) for s in ir.walk(new.body)) // chains
+        assert parts >= 1 and chains * parts <= CHAINS and (parts > 1 or chains * 2 > CHAINS)
+        assert ir.const_int(new.stop) * parts == ir.const_int(old.stop) - ir.const_int(old.start)
+    batch = random_batch(rng, n_trees=3, max_leaves=6, arity=2)
+    bufs, sizes = inputs(batch, program, rng)
+    want = interpret.run(jammed, dict(bufs), sizes)["h"]
+    np.testing.assert_allclose(interpret.run(split, dict(bufs), sizes)["h"], want, rtol=1e-12, atol=1e-12)

@@ -33,6 +33,7 @@ from cortex.core.diskcache import DiskCache, digest
 from cortex.core.errors import CortexError
 from cortex.core.loopir.verify import verify
 from cortex.plugins.opencl import forms, shared
+from cortex.plugins.opencl.accumulators import split_accumulators
 from cortex.plugins.opencl.device import Device
 from cortex.plugins.opencl.vectors import render
 from cortex.plugins.opencl.runtime import FORMS, CompiledProgram
@@ -159,7 +160,8 @@ class OpenCLRenderer(Renderer):
             raise TypeError(f"the opencl renderer takes a LoopProgram, not {type(program).__name__}")
         shaped = forms.sink_into_selects(forms.to_work_groups(forms.split_phases(program)))
         if self.fast_math:
-            shaped = forms.split_reductions(forms.tanh_via_sigmoid(forms.unfused_fma(forms.hoist_guards(shaped))))
+            shaped = forms.hoist_guards(shaped)
+            shaped = forms.split_reductions(forms.tanh_via_sigmoid(forms.unfused_fma(split_accumulators(shaped, self.float_lanes * 4))))
         full = add_shared_levels(add_tree_groups(add_single_group(shaped)))
         if forms.needs_single_group(program):  # its kernels' grid barriers are unusable here
             full = replace(full, kernels=(full.kernel(forms.SINGLE_KERNEL),), host=())
