@@ -308,6 +308,30 @@ def test_per_call_arrays_go_up_in_one_transfer(monkeypatch):
     assert len(calls) == 2  # one packed upload of every index array, one read-back of the outputs
 
 
+def test_big_outputs_are_read_through_a_map_of_the_output_pool(monkeypatch):
+    """Outputs of at least ``MAP_READ_BYTES`` are read by mapping the output pool (no read-back
+    copy); the map is released before the next call's kernels write the pool again, also when
+    the pool grows in between. The states are those of the copying read-back."""
+    import pyopencl as cl
+
+    from cortex.plugins.opencl import runtime as cl_runtime
+
+    m = cortex.models.TreeLSTM(vocab=30, embed=8, hidden=8)
+    exe = cortex.compile(m, target="opencl")
+    batches = [exe.linearize(_trees(n, seed, 30)) for n, seed in ((3, 1), (40, 2), (3, 1), (2, 3))]
+    want = [exe.run(b).root("h").copy() for b in batches]  # the copy (these outputs are small)
+    monkeypatch.setattr(cl_runtime, "MAP_READ_BYTES", 1)
+    calls = []
+    real = cl.enqueue_copy
+    monkeypatch.setattr(cl, "enqueue_copy", lambda *a, **k: calls.append(a[1:3]) or real(*a, **k))
+    for batch, expected in zip(batches, want):
+        calls.clear()
+        got = exe.run(batch)
+        assert exe.artifact._mapped is not None and len(calls) == 1  # the upload alone
+        np.testing.assert_array_equal(got.root("h"), expected)
+        np.testing.assert_array_equal(exe(batch).root("c"), exe.run(batch).root("c"))
+
+
 def test_a_single_leaf_input_with_no_edges_runs():
     m = cortex.models.TreeLSTM(vocab=30, embed=8, hidden=8)
     exe = cortex.compile(m, target="opencl")
