@@ -351,11 +351,13 @@ def build_artifact(model: Any, target: "Target", target_options: Mapping[str, An
     table_elements = int(table_mib * 2**20) // np.dtype(dtype).itemsize if table_mib is not None else None
     passes = given if table_elements is None else with_table_limit(given, table_elements)
     try:
-        space = ScheduleSpace(caps, dtype)
+        space = ScheduleSpace(caps, dtype)  # checks the dtype before the weights option
     except ScheduleError as e:
         raise InvalidOptionError(target.name, "dtype", dtype, f"a float type this target "
                                  f"supports ({e})") from None
     weights = _weights(target.name, options.weights, dtype, caps)
+    if weights != dtype:  # default rules that follow how the weights are stored
+        space = ScheduleSpace(caps, dtype, weights)
     schedule, provenance = resolve_schedule(target.name, space, options.schedule)
     auto = options.schedule is None or options.schedule == "auto"
     source_of_schedule = ("default rules" if options.schedule == "default"
@@ -367,7 +369,6 @@ def build_artifact(model: Any, target: "Target", target_options: Mapping[str, An
     if auto:
         schedule, provenance, source_of_schedule = _recorded_schedule(
             fingerprint, target, target_options, backend, space, options.workload)
-    schedule, provenance = _leaf_kids_for_weights(schedule, provenance, weights)
     # a second process finds the passes' graph and the scheduled program in the disk cache
     lowered_key = stage_cache.lowered_key(traced, given, table_elements, schedule, caps, dtype, provenance)
     lowered = stage_cache.load_lowered(lowered_key)
@@ -408,19 +409,6 @@ def build_artifact(model: Any, target: "Target", target_options: Mapping[str, An
             bound.join()  # never leave the worker running, whatever happened here
     return Built(lowered, backend, source, key, artifact, prepared, tables, snapshot,
                  source_of_schedule, fingerprint, dict(provenance))
-
-
-def _leaf_kids_for_weights(schedule: "Schedule", provenance: dict, weights: str) -> tuple["Schedule", dict]:
-    """``leaf_kids`` off by default where the weight matrices are stored in bfloat16: a leaf
-    child's projection would be a float32 table row (``lowering.leaf_kids``) beside the other
-    child's bfloat16 GEMV, not the arithmetic of the program without the knob, and that pair
-    was not measured. Only the default rule's value changes: a knob the caller set, or a tuning
-    record's, is kept."""
-    source = str(provenance.get("leaf_kids", ""))
-    if weights != "bfloat16" or not schedule.leaf_kids or not source.startswith("default rule"):
-        return schedule, provenance
-    return (replace(schedule, leaf_kids=False),
-            {**provenance, "leaf_kids": "default rule: off with weights='bfloat16' (table rows are float32)"})
 
 
 def _weights(target: str, given: str | None, dtype: str, caps: "Capabilities") -> str:

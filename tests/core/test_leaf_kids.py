@@ -99,3 +99,8 @@ def test_off_by_default_with_bfloat16_weights():
     assert any(n.startswith("schedule: leaf_kids=False (default rule: off with weights='bfloat16'")
                for n in exe.notes)
     assert cortex.compile(model, target="llvm", weights="bfloat16", schedule={"leaf_kids": True}).schedule.leaf_kids
+    # the rule is the space's: a space for bfloat16 weights says so, one for float32 does not
+    from cortex.core.lowering.schedule import ScheduleSpace
+    caps = exe.backend.capabilities
+    assert ScheduleSpace(caps, "float32").default().leaf_kids
+    assert not ScheduleSpace(caps, "float32", "bfloat16").default().leaf_kids

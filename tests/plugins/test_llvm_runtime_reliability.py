@@ -235,7 +235,7 @@ def test_dropped_executables_leave_no_threads_or_descriptors():
 @pytest.mark.skipif(not LINUX, reason="the native SIGINT handler is Linux-only")
 @pytest.mark.parametrize("split", ["static", "dynamic"])
 def test_ctrl_c_stops_a_long_call_at_a_level_barrier_and_the_program_stays_usable(split):
-    """SIGINT a quarter into a long chain: KeyboardInterrupt long before the call would have
+    """SIGINT an eighth into a long chain: KeyboardInterrupt long before the call would have
     ended (it used to come only after the call returned), then the same call gives the same
     states. Also with Python's handler re-installed (it replaces the native one, which the next
     call puts back) and with a handler that does not raise (the runtime raises itself). With
@@ -249,9 +249,11 @@ def test_ctrl_c_stops_a_long_call_at_a_level_barrier_and_the_program_stays_usabl
                          schedule={"level_split": "%s"})
     batch = exe.linearize([Sequence(np.random.default_rng(0).standard_normal((150000, 4)))])
     full = exe.run(batch).root("h").copy()  # the first call also pays one-time costs
-    t = time.perf_counter()
-    exe.run(batch)
-    whole = time.perf_counter() - t
+    whole = float("inf")  # the faster of two calls: the machine's load may change meanwhile
+    for _ in range(2):
+        t = time.perf_counter()
+        exe.run(batch)
+        whole = min(whole, time.perf_counter() - t)
 
     def interrupted_after(delay):
         threading.Timer(delay, os.kill, (os.getpid(), signal.SIGINT)).start()
@@ -268,11 +270,11 @@ def test_ctrl_c_stops_a_long_call_at_a_level_barrier_and_the_program_stays_usabl
 
     rows = []
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    rows.append(interrupted_after(whole / 4))
+    rows.append(interrupted_after(whole / 8))
     same = bool(np.array_equal(exe.run(batch).root("h"), full))
     seen = []
     signal.signal(signal.SIGINT, lambda s, f: seen.append(s))
-    rows.append(interrupted_after(whole / 4))
+    rows.append(interrupted_after(whole / 8))
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:  # outside a call Python's handler works as always
         threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGINT)).start()

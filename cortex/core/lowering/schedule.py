@@ -157,16 +157,16 @@ class Constraint:
     knobs: tuple[str, ...] = ()
 
 
-# Each space's legal assignments per component, by (Capabilities, dtype): a CPU space has about
+# Each space's legal assignments per component, by (Capabilities, dtype, weights): a CPU space has about
 # 160,000 in one component, a fraction of a second to find, and compiles build spaces often.
 # Read only: sample() and enumerate() copy out of them.
-_LEGAL_PARTS: dict[tuple[Capabilities, str], list[list[dict[str, Any]]]] = {}
+_LEGAL_PARTS: dict[tuple[Capabilities, str, str], list[list[dict[str, Any]]]] = {}
 
 
 class ScheduleSpace:
     """The legal knob settings for a target and a float type (knobs: ``schedule_knobs``)."""
 
-    def __init__(self, caps: Capabilities, dtype: str = "float32") -> None:
+    def __init__(self, caps: Capabilities, dtype: str = "float32", weights: str | None = None) -> None:
         from cortex.core.lowering.schedule_knobs import space_knobs
 
         if dtype not in ("float32", "float64"):
@@ -175,7 +175,8 @@ class ScheduleSpace:
             raise ScheduleError("this target does not support float64; compile with dtype='float32'")
         self.caps = caps
         self.dtype = dtype
-        knobs, constraints = space_knobs(caps, dtype)
+        self.weights = weights or dtype  # how the weight matrices are stored (default rules read it)
+        knobs, constraints = space_knobs(caps, dtype, self.weights)
         self.knobs: tuple[Knob, ...] = knobs
         self.constraints: tuple[Constraint, ...] = constraints
         self._by_name = {k.name: k for k in self.knobs}
@@ -281,7 +282,7 @@ class ScheduleSpace:
     def _parts(self) -> list[list[dict[str, Any]]]:
         """Per component, its legal canonical assignments (deterministic order)."""
         if self._legal_parts is None:
-            key = (self.caps, self.dtype)  # the knobs and constraints are functions of these
+            key = (self.caps, self.dtype, self.weights)  # the knobs and constraints are functions of these
             if key not in _LEGAL_PARTS:
                 if len(_LEGAL_PARTS) >= 32:
                     _LEGAL_PARTS.pop(next(iter(_LEGAL_PARTS)))

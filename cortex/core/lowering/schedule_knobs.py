@@ -104,8 +104,10 @@ def _with(choices: tuple, value: Any) -> tuple:
     return choices if value in choices else tuple(sorted(set(choices) | {value}))
 
 
-def space_knobs(caps: Capabilities, dtype: str) -> tuple[tuple[Knob, ...], tuple[Constraint, ...]]:
-    """The knobs (in ``Schedule`` field order) and constraints of ``caps`` for ``dtype``."""
+def space_knobs(caps: Capabilities, dtype: str,
+                weights: str | None = None) -> tuple[tuple[Knob, ...], tuple[Constraint, ...]]:
+    """The knobs (in ``Schedule`` field order) and constraints of ``caps`` for ``dtype``, with
+    the weight matrices stored as ``weights`` (None: as ``dtype``; only default rules read it)."""
     itemsize = 4 if dtype == "float32" else 8
     lanes = caps.vector_lanes(itemsize)
     grid = caps.has_grid
@@ -192,6 +194,7 @@ def space_knobs(caps: Capabilities, dtype: str) -> tuple[tuple[Knob, ...], tuple
     # every step (docs/lowering.md, "How many rows a fused loop reads")
     addresses = caps.address_registers
     rows = addresses // 2 if addresses else 0
+    bf16_weights = weights == "bfloat16"
     rows_rule = (f"half of the {addresses} general-purpose registers (the rest hold the weights' "
                  "addresses, the loop counter and the stack pointer)" if addresses
                  else "no limit: the general-purpose registers are unknown")
@@ -308,9 +311,12 @@ def space_knobs(caps: Capabilities, dtype: str) -> tuple[tuple[Knob, ...], tuple
         knob("jam_rows", _with((0, 4, 8, 12, 16), rows) if cpu else (0,), rows if cpu else 0,
              "distinct node rows a fused reduction loop reads per step (0 = no limit)",
              rows_rule if cpu else "no jam", **jam),
-        knob("leaf_kids", (False, True) if cpu else (False,), team, "a level's nodes with a leaf child "
+        knob("leaf_kids", (False, True) if cpu else (False,), team and not bf16_weights,
+             "a level's nodes with a leaf child "
              "read its projections from level 1's tables, in node loops of their own (lowering.leaf_kids)",
-             "on: a table row instead of a GEMV per leaf child (measured on llvm)" if team
+             ("off with weights='bfloat16': a float32 table row beside the other children's "
+              "bfloat16 GEMVs was not measured" if bf16_weights else
+              "on: a table row instead of a GEMV per leaf child (measured on llvm)") if team
              else "off: no faster where work-groups run the levels (opencl, b1: 0.99-1.02x the time; a batch: "
              "its per-call node order leaves out the tree-group form)" if cpu
              else "off: a grid target's node loops are not split into groups by case",
