@@ -13,11 +13,15 @@ same numbers, so the curves compare the searches alone, over as many seeds as wa
    default (the production search's first proposals: ``ModelProposer._mutate``). Each is
    compiled and checked against the float64 reference in the tuner's worker process (a compile
    past the time limit, a failed compile or a wrong output is a failed candidate), then all
-   are timed in ``--rounds`` interleaved rounds (the default first in every round, the
-   candidates in a fresh random order per round; after the first round a candidate more than
-   ``CUTOFF`` times slower stops, as in the tuner). A candidate's result is the median over
+   are timed in ``--rounds`` interleaved rounds: each round takes the candidates in a fresh
+   random order, in groups of ``GROUP`` (the tuner's batch), each group timed in two passes
+   with the default first, then last (one sample of the default shared by every candidate of
+   a round would shift all their ratios together); after the first round a candidate more
+   than ``CUTOFF`` times slower stops, as in the tuner. A candidate's result is the median over
    rounds of its time / the default's in the same round (``ratio``, as ``Trial.ratio``); its
    ``speedup`` is the inverse. Candidates that lower to one program share one measurement.
+   The pool also holds the default schedule compiled again (``part: "control"``, never
+   offered to a search): its speedup, which should be 1, shows the measurement's bias.
 2. **The replay** (``--pool FILE`` to skip measuring): per seed, each arm runs the production
    proposer (``cortex.tuning.search``: same batch size, same trial accounting as the tuner)
    with its candidate universe restricted to the pool: ``random`` draws from the uniform part;
@@ -55,6 +59,7 @@ from benchmarks.tune_search import ARMS, first_reach  # noqa: E402
 from cortex.tuning.search import ModelProposer, RandomProposer, schedule_key  # noqa: E402
 
 MODEL_ARMS = tuple(a for a, (method, _) in ARMS.items() if method == "model")
+GROUP = 8  # candidates timed after each run of the default (the tuner's batch size)
 
 
 # ----------------------------------------------------------------------------- the pool
@@ -102,7 +107,6 @@ def measure_pool(spec: str, target: str, options: dict[str, Any], workload: Any,
     from cortex.core.pipeline import split_options
     from cortex.tuning.cli import load_model
     from cortex.tuning.measure import reference_states
-    from cortex.tuning.tuner import CUTOFF, SKIP_TIMING
     from cortex.tuning.worker import open_measurer
     from cortex.tuning.workload import make_workload
 
@@ -123,65 +127,11 @@ def measure_pool(spec: str, target: str, options: dict[str, Any], workload: Any,
         features = tuple(wl.stats.features())
         limit = compile_timeout or max(10.0, 4 * info.compile_s)
         pool: list[dict[str, Any]] = []
-        slots: dict[int, int] = {}  # worker slot -> pool index
-        generation: dict[int, int] = {}  # worker slot -> the worker's generation then
-        by_program: dict[str, int] = {}
-        cands = candidates(space, held, features, uniform, mutants, seed)
-        for i, (part, s) in enumerate(cands):
-            knobs = s.to_dict()
-            entry: dict[str, Any] = {"part": part, "schedule": knobs, "ok": False, "ratio": None,
-                                     "speedup": None, "compile_s": 0.0, "error": "", "timed": False,
-                                     "round_ratios": [], "round_seconds": []}
-            key = m.program_key(knobs, limit)
-            if key is not None and key in by_program:
-                entry.update(program_key=key, same_program_as=by_program[key])
-                pool.append(entry)
-                continue
-            r = m.compile(knobs, limit)
-            key = key or r.program_key
-            entry.update(program_key=key, compile_s=round(r.compile_s, 3), error=r.error)
-            if r.ok and r.check_s > SKIP_TIMING * info.check_s:  # as the tuner: not timed
-                m.drop([r.slot])
-                entry.update(ok=True, ratio=r.check_s / info.check_s)
-            elif r.ok:
-                slots[r.slot], generation[r.slot] = len(pool), m.generation
-                entry["ok"] = True
-            if key:
-                by_program[key] = len(pool)
-            pool.append(entry)
-            print(f"  compiled {i + 1}/{len(cands)} ({part}): "
-                  f"{'ok' if r.ok else r.error[:80]} in {r.compile_s:.1f} s", file=sys.stderr, flush=True)
-        rng = np.random.default_rng(seed + 1)
-        # a worker replaced after a compile's timeout lost what it had compiled
-        active = [s for s in slots if generation[s] == m.generation]
-        default_seconds: list[float] = []
-        for rnd in range(rounds):
-            order = [active[int(j)] for j in rng.permutation(len(active))]
-            if not order:
-                break
-            timeout = 120.0 + 5 * (len(order) + 1) * CUTOFF * info.seconds * info.inner
-            res = m.time(order, 1, math.inf, timeout)
-            if not res:
-                print(f"  round {rnd}: the timing was lost (worker replaced)", file=sys.stderr)
-                break
-            default_seconds.append(float(np.median([r.seconds / r.ratio for r in res.values()])))
-            for s, r in res.items():
-                pool[slots[s]]["round_ratios"].append(r.ratio)
-                pool[slots[s]]["round_seconds"].append(r.seconds)
-            if rnd == 0:
-                active = [s for s in active if res[s].ratio <= CUTOFF]
-            print(f"  round {rnd + 1}/{rounds}: {len(order)} timed", file=sys.stderr, flush=True)
-        for s, i in slots.items():
-            e = pool[i]
-            if e["round_ratios"]:
-                e.update(timed=True, ratio=float(np.median(e["round_ratios"])))
-            else:
-                e.update(ok=False, error="lost before timing (worker replaced)")
-        for e in pool:
-            if "same_program_as" in e:
-                src = pool[e["same_program_as"]]
-                e.update(ok=src["ok"], ratio=src["ratio"], error=src["error"])
-            e["speedup"] = 1.0 / e["ratio"] if e["ok"] and e["ratio"] else None
+        pool = [{"part": part, "schedule": s.to_dict(), "ok": False, "ratio": None, "speedup": None,
+                 "compile_s": 0.0, "error": "", "timed": False, "round_ratios": [], "round_seconds": []}
+                for part, s in [("control", default)] + candidates(space, held, features, uniform, mutants, seed)]
+        live = _compile_pool(m, pool, limit)
+        default_seconds = _time_pool(m, pool, live, rounds, np.random.default_rng(seed + 1))
         return {"benchmark": "tune_replay_pool", "model": spec, "target": resolved.name,
                 "options": options, "workload": vars(workload), "workload_class": wl.workload_class,
                 "features": list(features), "dtype": model.dtype, "hold": list(hold), "held": held,
@@ -194,6 +144,94 @@ def measure_pool(spec: str, target: str, options: dict[str, Any], workload: Any,
                 "candidates": pool}
     finally:
         m.close()
+
+
+def _compile_pool(m: Any, pool: list[dict[str, Any]], limit: float) -> dict[int, int]:
+    """Compile and check every pool member in the worker ``m``, as the tuner does; returns
+    pool index -> worker slot of those to time. A member whose program another member has
+    takes that one's result; one compiled on a worker lost to a later timeout is compiled again."""
+    from cortex.tuning.tuner import SKIP_TIMING
+
+    live: dict[int, tuple[int, int]] = {}  # pool index -> (worker generation, slot)
+    by_program: dict[str, int] = {}
+
+    def compile_one(i: int) -> None:
+        e = pool[i]
+        r = m.compile(e["schedule"], limit)
+        e.update(program_key=e.get("program_key") or r.program_key, compile_s=round(r.compile_s, 3),
+                 error=r.error, ok=r.ok)
+        if r.ok and r.check_s > SKIP_TIMING * m.info.check_s:  # as the tuner: far slower, not timed
+            m.drop([r.slot])
+            e["ratio"] = r.check_s / m.info.check_s
+        elif r.ok:
+            live[i] = (m.generation, r.slot)
+        print(f"  compiled {i + 1}/{len(pool)} ({e['part']}): {'ok' if r.ok else r.error[:80]} in "
+              f"{r.compile_s:.1f} s", file=sys.stderr, flush=True)
+
+    for i, e in enumerate(pool):
+        key = m.program_key(e["schedule"], limit)
+        if key is not None and key in by_program:
+            e.update(program_key=key, same_program_as=by_program[key])
+            continue
+        e["program_key"] = key
+        compile_one(i)
+        if e["program_key"]:
+            by_program[e["program_key"]] = i
+    for _ in range(2):
+        lost = [i for i, (g, _) in live.items() if g != m.generation]
+        for i in lost:
+            del live[i]
+            compile_one(i)
+    for i in [i for i, (g, _) in live.items() if g != m.generation]:
+        del live[i]
+        pool[i].update(ok=False, error="lost twice with a replaced worker")
+    return {i: slot for i, (_, slot) in live.items()}
+
+
+def _time_pool(m: Any, pool: list[dict[str, Any]], live: dict[int, int], rounds: int,
+               rng: np.random.Generator) -> list[float]:
+    """Time the ``live`` members in interleaved rounds: each round in a fresh random order, in
+    groups of ``GROUP``, each group in two passes (``Measurer.time`` runs the default first in
+    its first pass, last in its second), so a ratio's default ran moments before or after it;
+    sets each member's ratio (the median over rounds) and speedup. Returns the default's
+    seconds in each group."""
+    from cortex.tuning.tuner import CUTOFF
+
+    index = {slot: i for i, slot in live.items()}
+    active = list(index)
+    default_seconds: list[float] = []
+    info = m.info
+    for rnd in range(rounds):
+        order = [active[int(j)] for j in rng.permutation(len(active))]
+        for g in range(0, len(order), GROUP):
+            group = order[g:g + GROUP]
+            timeout = 120.0 + 10 * (len(group) + 1) * CUTOFF * info.seconds * info.inner
+            res = m.time(group, 2, math.inf, timeout)
+            if not res:  # the worker was replaced: what it had compiled is gone
+                print(f"  round {rnd + 1}: the timing was lost with the worker", file=sys.stderr)
+                active = []
+                break
+            default_seconds.append(float(np.median([r.seconds / r.ratio for r in res.values()])))
+            for s, r in res.items():
+                pool[index[s]]["round_ratios"].append(r.ratio)
+                pool[index[s]]["round_seconds"].append(r.seconds)
+        if rnd == 0:  # as the tuner: one round tells a candidate CUTOFF times slower
+            active = [s for s in active if pool[index[s]]["round_ratios"][0] <= CUTOFF]
+        print(f"  round {rnd + 1}/{rounds}: {len(order)} timed", file=sys.stderr, flush=True)
+        if not active:
+            break
+    for i in index.values():
+        e = pool[i]
+        if e["round_ratios"]:
+            e.update(timed=True, ratio=float(np.median(e["round_ratios"])))
+        else:
+            e.update(ok=False, error="lost before timing (worker replaced)")
+    for e in pool:
+        if "same_program_as" in e:
+            src = pool[e["same_program_as"]]
+            e.update(ok=src["ok"], ratio=src["ratio"], error=src["error"])
+        e["speedup"] = 1.0 / e["ratio"] if e["ok"] and e["ratio"] else None
+    return default_seconds
 
 
 # ----------------------------------------------------------------------------- the replay
@@ -293,10 +331,13 @@ def summarize(pool: dict[str, Any], runs: list[dict[str, Any]], trials: int) -> 
         q25, med, q75 = np.percentile(c, [25, 50, 75], axis=0)
         out["arms"][a] = {"median": med.tolist(), "q25": q25.tolist(), "q75": q75.tolist(),
                           "median_best": float(med[-1]), "median_best_at_half": float(med[half - 1])}
-    speedups = [e["speedup"] for e in pool["candidates"] if e["ok"] and e["speedup"]]
+    speedups = [e["speedup"] for e in pool["candidates"]
+                if e["part"] != "control" and e["ok"] and e["speedup"]]
     parts = {part: [e["speedup"] for e in pool["candidates"] if e["part"] == part and e["ok"] and e["speedup"]]
              for part in ("uniform", "mutant")}
-    out["pool"] = {"members": len(pool["candidates"]), "valid": len(speedups),
+    control = [e["speedup"] for e in pool["candidates"] if e["part"] == "control"]
+    out["pool"] = {"members": len(pool["candidates"]) - len(control), "valid": len(speedups),
+                   "control_speedup": control[0] if control else None,
                    "best_speedup": max(speedups, default=0.0),
                    "best_by_part": {k: max(v, default=0.0) for k, v in parts.items()},
                    "beat_default_by_min_gain": sum(s >= 1.0 + MIN_GAIN for s in speedups),
@@ -347,9 +388,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--target", default="llvm")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="a target or compile option (e.g. threads=1)")
-    p.add_argument("--uniform", type=int, default=160, help="uniform samples in the pool (160)")
+    p.add_argument("--uniform", type=int, default=200, help="uniform samples in the pool (200)")
     p.add_argument("--mutants", type=int, default=48, help="mutants of the default in the pool (48)")
-    p.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds (7)")
+    p.add_argument("--rounds", type=int, default=9, help="interleaved timing rounds (9)")
     p.add_argument("--compile-timeout", type=float, default=None,
                    help="seconds a candidate's compile and check may take (default: the tuner's)")
     p.add_argument("--batch-size", type=int, default=10, help="structures per workload batch (10)")
@@ -393,12 +434,16 @@ def main(argv: list[str] | None = None) -> int:
     result = {"benchmark": "tune_replay", "environment": environment(), "load_replay": os.getloadavg(),
               "pool_file": args.pool or args.pool_out, "trials": args.trials, "seeds": args.seeds,
               "summary": summary, "pool": pool, "runs": runs}
+    if args.pool or args.pool_out:  # the pool's own file holds every measurement
+        result["pool"] = {**pool, "candidates": [{"part": e["part"], "ok": e["ok"], "speedup": e["speedup"]}
+                                                 for e in pool["candidates"]]}
     if args.plot:
         result["plot"] = plot(result, args.plot)
     write_json(result, args.out)
     pinfo = summary["pool"]
     print(f"pool: {pinfo['members']} candidates, {pinfo['valid']} valid, best {pinfo['best_speedup']:.2f}x "
-          f"the default ({pinfo['beat_default_by_min_gain']} beat it by 2%); load "
+          f"the default ({pinfo['beat_default_by_min_gain']} beat it by 2%; the default compiled "
+          f"again: {pinfo['control_speedup'] or 0:.2f}x); load "
           f"{pool.get('load_before')} -> {pool.get('load_after')}", file=sys.stderr)
     for a, info in summary["arms"].items():
         extra = ""
