@@ -22,6 +22,9 @@ same numbers, so the curves compare the searches alone, over as many seeds as wa
    ``speedup`` is the inverse. Candidates that lower to one program share one measurement.
    The pool also holds the default schedule compiled again (``part: "control"``, never
    offered to a search): its speedup, which should be 1, shows the measurement's bias.
+   Every valid candidate stays compiled until the rounds are done: the worker holds the
+   whole pool (an OpenCL TreeFC h256 takes about 20 MB a candidate at vocab 1000, 180 MB at
+   vocab 20000, whose leaf tables it copies), so size the pool, or the model, to the memory.
 2. **The replay** (``--pool FILE`` to skip measuring): per seed, each arm runs the production
    proposer (``cortex.tuning.search``: same batch size, same trial accounting as the tuner)
    with its candidate universe restricted to the pool: ``random`` draws from the uniform part;
@@ -304,7 +307,7 @@ def replay(pool: dict[str, Any], arm: str, seed: int, trials: int, space: Any = 
             measured = program not in seen_programs
             seen_programs.add(program)
             ratio = e["ratio"] if e["ok"] else None
-            done.append(Trial(e["schedule"], e["ok"], ratio, e["compile_s"], e["error"], features,
+            done.append(Trial(s.to_dict(), e["ok"], ratio, e["compile_s"], e["error"], features,
                               measured=measured))
             if measured and len(curve) < trials:
                 if e["ok"] and e["speedup"]:
