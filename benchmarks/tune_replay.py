@@ -29,11 +29,13 @@ same numbers, so the curves compare the searches alone, over as many seeds as wa
    proposer (``cortex.tuning.search``: same batch size, same trial accounting as the tuner)
    with its candidate universe restricted to the pool: ``random`` draws from the uniform part;
    ``model`` (from scratch) scores the unmeasured uniform samples; ``model+default`` (the
-   production setting) scores the unmeasured uniform samples and mutants of the default.
+   production setting) scores the unmeasured uniform samples and mutants of the default;
+   ``mutants`` (no model) takes the default's mutants in a random order: what the production
+   search's starting point finds alone, to read the cost model's share against.
 3. **The report** (``--out``, ``--plot``): per arm the median and quartiles over seeds of the
    best speedup so far after each trial; random search's median best at the full budget; the
-   first trial at which each model arm's median curve reaches it; the fraction of seeds in
-   which each model arm reaches that seed's random best within half the budget.
+   first trial at which each other arm's median curve reaches it; the fraction of seeds in
+   which each other arm reaches that seed's random best within half the budget.
 
     python benchmarks/tune_replay.py --model "TreeGRU:hidden=64,embed=64,vocab=5000" \\
         --pool-out pool.json --out replay.json --plot replay.png        # measure, then replay
@@ -61,7 +63,10 @@ from benchmarks.common import environment, pyplot, save_figure, write_json  # no
 from benchmarks.tune_search import ARMS, first_reach  # noqa: E402
 from cortex.tuning.search import ModelProposer, RandomProposer, schedule_key  # noqa: E402
 
-MODEL_ARMS = tuple(a for a, (method, _) in ARMS.items() if method == "model")
+# the live benchmark's arms, and "mutants": the default's mutants in a random order, no model
+# (what the production search's starting point alone finds, to read the model's share against)
+REPLAY_ARMS = (*ARMS, "mutants")
+JUDGED = tuple(a for a in REPLAY_ARMS if a != "random")  # arms judged against random search
 GROUP = 8  # candidates timed after each run of the default (the tuner's batch size)
 
 
@@ -266,7 +271,7 @@ class PoolModel(_PoolSource, ModelProposer):
 
 
 def make_arm(arm: str, space: Any, pool: dict[str, Any], seed: int) -> RandomProposer:
-    method, from_default = ARMS[arm]
+    method, from_default = ARMS.get(arm, ("random", True))
     rng = np.random.default_rng(seed)
     held = dict(pool["held"])
     if method == "random":
@@ -276,6 +281,8 @@ def make_arm(arm: str, space: Any, pool: dict[str, Any], seed: int) -> RandomPro
     members = [(e["part"], space.with_knobs(**e["schedule"])) for e in pool["candidates"]]
     p.uniform = [s for part, s in members if part == "uniform"]
     p.near = [s for part, s in members if part == "mutant"] if from_default else []
+    if arm == "mutants":
+        p.uniform, p.near = p.near, []
     return p
 
 
@@ -327,7 +334,7 @@ def summarize(pool: dict[str, Any], runs: list[dict[str, Any]], trials: int) -> 
     from cortex.tuning.tuner import MIN_GAIN
 
     half = trials // 2
-    arms = sorted({r["arm"] for r in runs}, key=list(ARMS).index)
+    arms = sorted({r["arm"] for r in runs}, key=REPLAY_ARMS.index)
     curves = {a: _padded([r["curve"] for r in runs if r["arm"] == a], trials) for a in arms}
     out: dict[str, Any] = {"trials": trials, "seeds": len({r["seed"] for r in runs}), "arms": {}}
     for a, c in curves.items():
@@ -345,11 +352,17 @@ def summarize(pool: dict[str, Any], runs: list[dict[str, Any]], trials: int) -> 
                    "best_by_part": {k: max(v, default=0.0) for k, v in parts.items()},
                    "beat_default_by_min_gain": sum(s >= 1.0 + MIN_GAIN for s in speedups),
                    "any_beats_default": any(s >= 1.0 + MIN_GAIN for s in speedups)}
+    for a in curves:  # the pool's best point: when each arm finds it
+        best = out["pool"]["best_speedup"]
+        found = [t for r in runs if r["arm"] == a and (t := first_reach(r["curve"], best)) is not None]
+        out["arms"][a].update(median_reaches_pool_best_at=first_reach(out["arms"][a]["median"], best),
+                              seeds_finding_pool_best=len(found),
+                              median_trial_finding_pool_best=float(np.median(found)) if found else None)
     if "random" in curves:
         level = out["arms"]["random"]["median_best"]
         out["random_median_best"] = level
         by_seed = {r["seed"]: r for r in runs if r["arm"] == "random"}
-        for a in MODEL_ARMS:
+        for a in JUDGED:
             if a not in curves:
                 continue
             info = out["arms"][a]
@@ -368,7 +381,7 @@ def plot(result: dict[str, Any], path: str) -> str:
         return "matplotlib is not installed: no plot"
     s = result["summary"]
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    colors = {"random": "tab:gray", "model": "tab:blue", "model+default": "tab:green"}
+    colors = {"random": "tab:gray", "model": "tab:blue", "model+default": "tab:green", "mutants": "tab:orange"}
     x = np.arange(1, s["trials"] + 1)
     for a, info in s["arms"].items():
         ax.plot(x, info["median"], color=colors[a], label=f"{a} (median of {s['seeds']} seeds)")
@@ -377,7 +390,7 @@ def plot(result: dict[str, Any], path: str) -> str:
     ax.axhline(1.0, color="k", lw=0.8, label="the default schedule")
     pool = result["pool"]
     ax.set_title(f"{pool['model']} on {pool['target']}, {pool['workload_class']}: replay on "
-                 f"{len(pool['candidates'])} measured candidates", fontsize=8)
+                 f"{s['pool']['members']} measured candidates", fontsize=8)
     ax.set_xlabel("measured trials")
     ax.set_ylabel("best speedup over the default (quartile bands)")
     ax.legend(fontsize=7)
@@ -405,13 +418,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pool-out", help="write the measured pool here (JSON)")
     p.add_argument("--seeds", type=int, default=50)
     p.add_argument("--trials", type=int, default=32, help="trial budget of every arm (32)")
-    p.add_argument("--arms", default=",".join(ARMS), help=f"from {list(ARMS)}")
+    p.add_argument("--arms", default=",".join(REPLAY_ARMS), help=f"from {list(REPLAY_ARMS)}")
     p.add_argument("--out", default="", help="JSON file (default: stdout)")
     p.add_argument("--plot", help="PNG file for the curves (needs matplotlib)")
     args = p.parse_args(argv)
     arms = args.arms.split(",")
-    if set(arms) - set(ARMS):
-        p.error(f"unknown arm {sorted(set(arms) - set(ARMS))[0]!r}: choose from {list(ARMS)}")
+    if set(arms) - set(REPLAY_ARMS):
+        p.error(f"unknown arm {sorted(set(arms) - set(REPLAY_ARMS))[0]!r}: choose from {list(REPLAY_ARMS)}")
     if args.trials < 2:
         p.error("--trials must be at least 2")
     if args.pool:
@@ -450,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{pool.get('load_before')} -> {pool.get('load_after')}", file=sys.stderr)
     for a, info in summary["arms"].items():
         extra = ""
-        if a in MODEL_ARMS and "random_median_best" in summary:
+        if a in JUDGED and "random_median_best" in summary:
             extra = (f"; median curve reaches random's median best "
                      f"({summary['random_median_best']:.2f}x) at trial "
                      f"{info['median_reaches_random_median_best_at']}; reaches its seed's random best "

@@ -53,21 +53,22 @@ def test_the_pool_has_the_uniform_and_mutant_parts_asked_for() -> None:
 def test_each_arm_searches_only_its_part_of_the_pool_and_gives_well_formed_curves() -> None:
     pool = synthetic_pool()
     runs = [tune_replay.replay(pool, arm, seed, trials=12) for seed in range(2)
-            for arm in ("random", "model", "model+default")]
+            for arm in ("random", "model", "model+default", "mutants")]
     for r in runs:
         assert len(r["curve"]) == 12 == len(r["picked"]) == len(set(r["picked"]))
         assert all(a <= b for a, b in zip(r["curve"], r["curve"][1:]))  # best so far
         parts = {pool["candidates"][i]["part"] for i in r["picked"]}
-        assert parts <= ({"uniform", "mutant"} if r["arm"] == "model+default" else {"uniform"})
+        allowed = {"model+default": {"uniform", "mutant"}, "mutants": {"mutant"}}.get(r["arm"], {"uniform"})
+        assert parts <= allowed
         best = max((pool["candidates"][i]["speedup"] or 0.0) for i in r["picked"])
         assert r["curve"][-1] == best
     s = tune_replay.summarize(pool, runs, trials=12)
-    assert s["seeds"] == 2 and set(s["arms"]) == {"random", "model", "model+default"}
+    assert s["seeds"] == 2 and set(s["arms"]) == {"random", "model", "model+default", "mutants"}
     assert all(len(a["median"]) == len(a["q25"]) == len(a["q75"]) == 12 for a in s["arms"].values())
     assert s["random_median_best"] == s["arms"]["random"]["median_best"]
     assert s["pool"]["valid"] == sum(e["ok"] for e in pool["candidates"])
     assert s["pool"]["any_beats_default"] == (s["pool"]["best_speedup"] >= 1.02)
-    for a in ("model", "model+default"):
+    for a in ("model", "model+default", "mutants"):
         assert 0 <= s["arms"][a]["seeds_reaching_random_best_within_half"] <= 2
 
 
