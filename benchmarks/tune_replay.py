@@ -95,15 +95,15 @@ def candidates(space: Any, held: dict[str, Any], features: Sequence[float], unif
     out = [("uniform", s) for s in RandomProposer(space, rng, held)._fresh(uniform, taken)]
     proposer = ModelProposer(space, rng, features, held=held)
     parent = proposer._hold(default) or default
+    near: list[tuple[str, Any]] = []
     for _ in range(50):
-        if sum(p == "mutant" for p, _ in out) >= mutants:
-            break
         for s in proposer._mutate(parent, mutants):
-            k = schedule_key(s)
-            if k not in taken and sum(p == "mutant" for p, _ in out) < mutants:
+            if len(near) < mutants and (k := schedule_key(s)) not in taken:
                 taken.add(k)
-                out.append(("mutant", s))
-    return out
+                near.append(("mutant", s))
+        if len(near) >= mutants:
+            break
+    return out + near
 
 
 def measure_pool(spec: str, target: str, options: dict[str, Any], workload: Any, hold: Sequence[str],
@@ -133,12 +133,10 @@ def measure_pool(spec: str, target: str, options: dict[str, Any], workload: Any,
         default = space.default()
         held = {k: getattr(default, k) for k in hold}
         features = tuple(wl.stats.features())
-        limit = compile_timeout or max(10.0, 4 * info.compile_s)
-        pool: list[dict[str, Any]] = []
         pool = [{"part": part, "schedule": s.to_dict(), "ok": False, "ratio": None, "speedup": None,
                  "compile_s": 0.0, "error": "", "timed": False, "round_ratios": [], "round_seconds": []}
                 for part, s in [("control", default)] + candidates(space, held, features, uniform, mutants, seed)]
-        live = _compile_pool(m, pool, limit)
+        live = _compile_pool(m, pool, compile_timeout)
         default_seconds = _time_pool(m, pool, live, rounds, np.random.default_rng(seed + 1))
         return {"benchmark": "tune_replay_pool", "model": spec, "target": resolved.name,
                 "options": options, "workload": vars(workload), "workload_class": wl.workload_class,
@@ -147,25 +145,30 @@ def measure_pool(spec: str, target: str, options: dict[str, Any], workload: Any,
                 "default": {"schedule": default.to_dict(), "compile_s": info.compile_s,
                             "seconds": info.seconds, "round_seconds": default_seconds},
                 "uniform": uniform, "mutants": mutants, "rounds": rounds, "seed": seed,
-                "compile_timeout": limit, "environment": environment(), "load_before": load_before,
+                "compile_timeout": compile_timeout or f"the tuner's: max(10 s, 4 x the default's "
+                f"compile, {info.compile_s:.1f} s at the start)", "environment": environment(), "load_before": load_before,
                 "load_after": os.getloadavg(), "elapsed_s": time.perf_counter() - t0,
                 "candidates": pool}
     finally:
         m.close()
 
 
-def _compile_pool(m: Any, pool: list[dict[str, Any]], limit: float) -> dict[int, int]:
-    """Compile and check every pool member in the worker ``m``, as the tuner does; returns
-    pool index -> worker slot of those to time. A member whose program another member has
+def _compile_pool(m: Any, pool: list[dict[str, Any]], compile_timeout: float | None) -> dict[int, int]:
+    """Compile and check every pool member in the worker ``m``, as the tuner does (its compile
+    limit: ``compile_timeout``, else max(10 s, 4x the default's compile as last measured));
+    returns pool index -> worker slot of those to time. A member whose program another member has
     takes that one's result; one compiled on a worker lost to a later timeout is compiled again."""
     from cortex.tuning.tuner import SKIP_TIMING
 
     live: dict[int, tuple[int, int]] = {}  # pool index -> (worker generation, slot)
     by_program: dict[str, int] = {}
 
+    def limit() -> float:
+        return compile_timeout or max(10.0, 4 * m.info.compile_s)
+
     def compile_one(i: int) -> None:
         e = pool[i]
-        r = m.compile(e["schedule"], limit)
+        r = m.compile(e["schedule"], limit())
         e.update(program_key=e.get("program_key") or r.program_key, compile_s=round(r.compile_s, 3),
                  error=r.error, ok=r.ok)
         if r.ok and r.check_s > SKIP_TIMING * m.info.check_s:  # as the tuner: far slower, not timed
@@ -177,7 +180,7 @@ def _compile_pool(m: Any, pool: list[dict[str, Any]], limit: float) -> dict[int,
               f"{r.compile_s:.1f} s", file=sys.stderr, flush=True)
 
     for i, e in enumerate(pool):
-        key = m.program_key(e["schedule"], limit)
+        key = m.program_key(e["schedule"], limit())
         if key is not None and key in by_program:
             e.update(program_key=key, same_program_as=by_program[key])
             continue
