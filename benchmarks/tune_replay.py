@@ -166,9 +166,11 @@ def _compile_pool(m: Any, pool: list[dict[str, Any]], compile_timeout: float | N
     def limit() -> float:
         return compile_timeout or max(10.0, 4 * m.info.compile_s)
 
-    def compile_one(i: int) -> None:
+    def compile_one(i: int, again: bool = False) -> None:
         e = pool[i]
-        r = m.compile(e["schedule"], limit())
+        # compiled within the limit once: a second, slower compile must not cost the worker
+        # (and all the pool compiled on it) again
+        r = m.compile(e["schedule"], (2 if again else 1) * limit())
         e.update(program_key=e.get("program_key") or r.program_key, compile_s=round(r.compile_s, 3),
                  error=r.error, ok=r.ok)
         if r.ok and r.check_s > SKIP_TIMING * m.info.check_s:  # as the tuner: far slower, not timed
@@ -192,7 +194,7 @@ def _compile_pool(m: Any, pool: list[dict[str, Any]], compile_timeout: float | N
         lost = [i for i, (g, _) in live.items() if g != m.generation]
         for i in lost:
             del live[i]
-            compile_one(i)
+            compile_one(i, again=True)
     for i in [i for i, (g, _) in live.items() if g != m.generation]:
         del live[i]
         pool[i].update(ok=False, error="lost twice with a replaced worker")
