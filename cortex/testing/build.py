@@ -5,7 +5,7 @@ Pipeline position: between the case list and the comparison. A case names a sche
 capabilities, which the suite asks the target's backend for:
 
 =============  =================================================================================
-default        the target's default schedule (``ScheduleSpace(capabilities, dtype).default()``)
+default        the target's default schedule (``ScheduleSpace(capabilities, dtype, weights).default()``)
 unscheduled    the default with every loop-shaping knob neutral (what ``dump=`` writes as stage
                03: no tiling, scalar, no unrolling, row-major weights and state, not persistent)
 unfused        the default with ``fuse=False`` (dense intermediates between the statements)
@@ -54,12 +54,13 @@ def backend(target: str) -> Any:
     return resolved.create_backend(options)
 
 
-def schedule(target: str, dtype: str, variant: str) -> Any:
-    """The Schedule of ``variant`` for ``target`` and ``dtype`` (see the module docstring)."""
+def schedule(target: str, dtype: str, variant: str, weights: str = "") -> Any:
+    """The Schedule of ``variant`` for ``target``, ``dtype`` and the weights' storage
+    (``weights`` "": the compute dtype; default rules follow it) (see the module docstring)."""
     from cortex.core.lowering.schedule import ScheduleError, ScheduleSpace
     from cortex.core.pipeline import neutral_schedule
 
-    space = ScheduleSpace(backend(target).capabilities, dtype)
+    space = ScheduleSpace(backend(target).capabilities, dtype, weights or None)
     base = space.default()
     try:
         if variant == "default":
@@ -109,7 +110,7 @@ def executable(target: str, model_id: str, dtype: str, variant: str, weights: st
 
     key = (target, model_id, dtype, variant, weights)
     if key not in _EXECUTABLES:
-        sched = schedule(target, dtype, variant)
+        sched = schedule(target, dtype, variant, weights)
         _EXECUTABLES[key] = cortex.compile(zoo.get(model_id).model(), target=target,
                                            dtype=dtype, schedule=sched, weights=weights or None)
     return _EXECUTABLES[key]
@@ -120,7 +121,7 @@ def built(target: str, model_id: str, dtype: str, variant: str, weights: str = "
     key = (target, model_id, dtype, variant, weights)
     if key not in _BUILT:
         _BUILT[key] = compile_only(zoo.get(model_id).model(), target, dtype=dtype,
-                                   schedule=schedule(target, dtype, variant), weights=weights)
+                                   schedule=schedule(target, dtype, variant, weights), weights=weights)
     return _BUILT[key]
 
 
