@@ -7,12 +7,15 @@ MV-RNN's 64, ``--tokens 30`` is a 5 x 5 DAG-RNN grid). Every variant's root stat
 with the default's; the times are medians over interleaved rounds and the ratio is variant /
 default (below 1: the variant is faster). Every call is also timed alone: ``call_ms`` gives
 each variant's median call and fastest call, and ``spread`` their ratio (how much slower a
-typical call is than an undisturbed one).
+typical call is than an undisturbed one). ``--rotate N`` times N different batches of the same
+size in turn instead of one batch again and again: a call then meets tokens (and token-table
+rows) the previous call did not touch, as a server's calls do.
 
 Usage::
 
     python tools/ab_schedule.py --model DAGRNN --variant '{"refactor": true}' --batches 1,10,100
     python tools/ab_schedule.py --model MVRNN --variant '{"node_jam": 1}' --variant '{"wide_lanes": 0}'
+    python tools/ab_schedule.py --model TreeGRU --variant '{"leaf_kids": false}' --batches 1,10 --rotate 3
 """
 
 from __future__ import annotations
@@ -44,8 +47,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--variant", action="append", default=[], help="JSON dict of knobs (repeatable)")
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--min-time", type=float, default=0.05, help="seconds per case and round, at least")
+    p.add_argument("--rotate", type=int, default=1, help="different batches timed in turn (1: one batch, repeated)")
     p.add_argument("--out", default="")
     args = p.parse_args(argv)
+    if args.rotate < 1:
+        p.error("--rotate must be at least 1")
 
     key = GroupKey(args.model, args.hidden, None, args.vocab, 0)
     model = build_model(key)
@@ -55,9 +61,11 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for b in (int(x) for x in args.batches.split(",")):
         width = model.params["U"].shape[1] if args.model == "DAGRNN" else model_spec(args.model).hidden(args.hidden)
-        inputs = make_inputs(args.model, args.tokens, b, vocab=args.vocab, width=width, seed=0)
+        inputs = [make_inputs(args.model, args.tokens, b, vocab=args.vocab, width=width, seed=seed)
+                  for seed in range(args.rotate)]
         base = exes["default"]
-        batch = base.linearize(inputs.structures)
+        rotation = [base.linearize(i.structures) for i in inputs]
+        batch = rotation[0]
         want = base.run(batch)
         diff = {n: max(float(np.abs(e.run(batch).root(s) - want.root(s)).max()) for s in want.states)
                 for n, e in exes.items()}
@@ -65,11 +73,11 @@ def main(argv: list[str] | None = None) -> int:
         calls: dict[str, list[float]] = {n: [] for n in exes}
         for _ in range(args.rounds):
             for name, exe in exes.items():
-                exe.run(batch)
+                exe.run(rotation[-1])
                 reps, t0 = 0, time.perf_counter()
                 while reps < 3 or time.perf_counter() - t0 < args.min_time:
                     t1 = time.perf_counter()
-                    exe.run(batch)
+                    exe.run(rotation[reps % len(rotation)])
                     calls[name].append((time.perf_counter() - t1) * 1e3)
                     reps += 1
                 times[name].append((time.perf_counter() - t0) / reps * 1e3)
@@ -84,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{call_ms[n]['median']:.3f} fastest {call_ms[n]['fastest']:.3f} spread {spread[n]:.2f})"
             for n in med), file=sys.stderr)
     write_json({"model": args.model, "target": args.target, "hidden": args.hidden, "tokens": args.tokens,
-                "variants": variants, "rounds": args.rounds, "results": results, "environment": environment(),
+                "rotate": args.rotate, "variants": variants, "rounds": args.rounds, "results": results, "environment": environment(),
                 "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, args.out)
     return 0
 
