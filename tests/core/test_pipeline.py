@@ -85,6 +85,35 @@ def test_calls_reuse_device_buffers_and_results_stay_the_callers():
     check_against_reference(model, exe(TREES))
 
 
+def test_a_host_pool_keeps_its_buffers_across_batch_sizes_that_fit():
+    """Batches of varying node counts (a server's calls): once the pool has met the biggest,
+    smaller and equal ones take views of its buffers (only the handed-out outputs are new),
+    and every result stays right."""
+    model = cortex.models.TreeGRU(hidden=16, embed=8, vocab=40, seed=0)  # temps besides h
+    exe = cortex.compile(model, target="numpy")
+    allocations = []
+    runtime = exe.backend.runtime
+    real_allocate = runtime.allocate
+
+    def counting_allocate(shape, dtype):
+        allocations.append(shape)
+        return real_allocate(shape, dtype)
+
+    runtime.allocate = counting_allocate
+    small, mid, big = [(1, 2)], [((1, 2), (3, 4))], [((1, 2), (3, (4, 5))), ((5, 6), (7, (8, 9))), (10, 11)]
+    for trees in (small, big):  # the big batch outgrows the small one's buffers
+        check_against_reference(model, exe(trees), rtol=1e-4, atol=1e-5)
+    assert len(exe._pooled) > len(exe._handed)
+    grown = len(allocations)
+    handed = 0
+    for trees in (small, mid, big, small):
+        out = exe(trees)
+        handed += len(exe._handed)
+        check_against_reference(model, out, rtol=1e-4, atol=1e-5)
+        del out
+    assert len(allocations) - grown <= handed  # the pooled temps were all reused
+
+
 def test_dtype_defaults_to_the_models_and_can_be_overridden():
     model = lstm("float32")
     assert cortex.compile(model, target="numpy").dtype == "float32"

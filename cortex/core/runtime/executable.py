@@ -167,8 +167,8 @@ class Executable:
         graph = lowered.graph
         self._out_states = tuple(graph.outputs.states)
         self._every_node = bool(graph.outputs.every_node)
-        # Output/temp device buffers by name: (shape, buffer), reused while the shape repeats.
-        self._pool: dict[str, tuple[tuple[int, ...], Any]] = {}
+        # Output/temp buffers by name, reused while the shape repeats (host ones while they fit).
+        self._pool: dict[str, tuple] = {}  # name -> (shape, buffer, host capacity or None)
         # the sizes the pooled slots were last resolved for, those slots' (slot, buffer) and
         # the fetches of the states: (state, slot, shape, dtype)
         self._pool_key: tuple[int, ...] | None = None
@@ -392,7 +392,7 @@ class Executable:
                 continue
             pooled = self._pool.get(name)
             if pooled is None or pooled[0] != shape:
-                pooled = self._pool[name] = (shape, runtime.allocate(shape, dtype))
+                pooled = self._pool[name] = _pooled_buffer(runtime, pooled, shape, dtype)
             resolved.append((i, pooled[1]))
         self._pool_args = tuple(resolved)
         self._handed = tuple(handed)
@@ -413,6 +413,33 @@ class Executable:
     def __repr__(self) -> str:
         return (f"Executable({self.model_name!r}, target={self.target!r}, dtype={self.dtype}, "
                 f"schedule={self.schedule.to_json()})")
+
+
+#: Growth of a host buffer that a bigger batch outgrew: calls of varying sizes settle on one.
+_POOL_SLACK = 1.25
+
+
+def _pooled_buffer(runtime: Any, pooled: tuple | None, shape: tuple[int, ...],
+                   dtype: Any) -> tuple[tuple[int, ...], Any, np.ndarray | None]:
+    """``(shape, buffer, host capacity)`` of a pooled buffer for a call of a new ``shape``.
+
+    A host buffer (a NumPy array) is a view at the start of a flat capacity array, which a
+    later call of another size reuses when it fits: a server's batches vary in node count, and
+    allocating (and zeroing, and faulting in) every temp of the program per call cost a TreeGRU
+    b10 call about a millisecond. Buffers' contents are undefined at a call's start, as the
+    runtime's ``allocate`` promises. A device buffer is allocated per shape, as before."""
+    need = int(np.prod(shape, dtype=np.int64))
+    capacity = pooled[2] if pooled is not None and len(pooled) > 2 else None
+    if capacity is not None and capacity.size >= need:
+        return shape, capacity[:need].reshape(shape), capacity
+    if capacity is not None or pooled is not None and isinstance(pooled[1], np.ndarray):
+        flat = runtime.allocate((max(need, int(need * _POOL_SLACK)),), dtype)
+        if isinstance(flat, np.ndarray):
+            return shape, flat[:need].reshape(shape), flat
+    buffer = runtime.allocate(shape, dtype)
+    if isinstance(buffer, np.ndarray) and buffer.flags.c_contiguous:
+        return shape, buffer, buffer.reshape(-1)
+    return shape, buffer, None
 
 
 def _refuse_non_finite(batch: LinearizedBatch) -> None:
