@@ -44,10 +44,9 @@ def test_compile_tree_lstm_end_to_end():
     assert "Executable('TreeLSTM', target='numpy', dtype=float64" in repr(exe)
 
 
-def test_calls_reuse_device_buffers_and_results_stay_the_callers():
-    model = lstm()
-    exe = cortex.compile(model, target="numpy")
-    allocations = []
+def _count_allocations(exe) -> list:
+    """The shapes ``exe``'s runtime allocates from now on (appended as it does)."""
+    allocations: list = []
     runtime = exe.backend.runtime
     real_allocate = runtime.allocate
 
@@ -56,6 +55,13 @@ def test_calls_reuse_device_buffers_and_results_stay_the_callers():
         return real_allocate(shape, dtype)
 
     runtime.allocate = counting_allocate
+    return allocations
+
+
+def test_calls_reuse_device_buffers_and_results_stay_the_callers():
+    model = lstm()
+    exe = cortex.compile(model, target="numpy")
+    allocations = _count_allocations(exe)
     same_shape = [((2, 1), (3, (4, 5))), 7, (((0, 1), 2), 3), (8, 9)]  # TREES, other words
     first = exe(TREES)
     h_first = first.nodes("h").copy()
@@ -91,15 +97,7 @@ def test_a_host_pool_keeps_its_buffers_across_batch_sizes_that_fit():
     and every result stays right."""
     model = cortex.models.TreeGRU(hidden=16, embed=8, vocab=40, seed=0)  # temps besides h
     exe = cortex.compile(model, target="numpy")
-    allocations = []
-    runtime = exe.backend.runtime
-    real_allocate = runtime.allocate
-
-    def counting_allocate(shape, dtype):
-        allocations.append(shape)
-        return real_allocate(shape, dtype)
-
-    runtime.allocate = counting_allocate
+    allocations = _count_allocations(exe)
     small, mid, big = [(1, 2)], [((1, 2), (3, 4))], [((1, 2), (3, (4, 5))), ((5, 6), (7, (8, 9))), (10, 11)]
     for trees in (small, big):  # the big batch outgrows the small one's buffers
         check_against_reference(model, exe(trees), rtol=1e-4, atol=1e-5)
