@@ -429,17 +429,14 @@ def _pooled_buffer(runtime: Any, pooled: tuple | None, shape: tuple[int, ...],
     b10 call about a millisecond. Buffers' contents are undefined at a call's start, as the
     runtime's ``allocate`` promises. A device buffer is allocated per shape, as before."""
     need = int(np.prod(shape, dtype=np.int64))
-    capacity = pooled[2] if pooled is not None and len(pooled) > 2 else None
-    if capacity is not None and capacity.size >= need:
+    capacity = pooled[2] if pooled is not None else None
+    if capacity is not None:  # a host buffer: grow it only when outgrown
+        if capacity.size < need:
+            capacity = runtime.allocate((int(need * _POOL_SLACK),), dtype)
         return shape, capacity[:need].reshape(shape), capacity
-    if capacity is not None or pooled is not None and isinstance(pooled[1], np.ndarray):
-        flat = runtime.allocate((max(need, int(need * _POOL_SLACK)),), dtype)
-        if isinstance(flat, np.ndarray):
-            return shape, flat[:need].reshape(shape), flat
     buffer = runtime.allocate(shape, dtype)
-    if isinstance(buffer, np.ndarray) and buffer.flags.c_contiguous:
-        return shape, buffer, buffer.reshape(-1)
-    return shape, buffer, None
+    host = isinstance(buffer, np.ndarray) and buffer.flags.c_contiguous
+    return shape, buffer, buffer.reshape(-1) if host else None
 
 
 def _refuse_non_finite(batch: LinearizedBatch) -> None:
