@@ -6,7 +6,8 @@
 * every zoo model through ``cortex.compile(..., target="llvm")`` against the float64 reference
   (float64 within 1e-10, float32 within 1e-4 of the state's magnitude), threads 1 vs 2 agree;
 * vectorized code for a pinned CPU (``cpu="skylake-avx512"``: ``<16 x float>`` in the optimized
-  IR and zmm registers in the assembly);
+  IR and zmm registers in the assembly), run where the host has AVX-512 and refused where it
+  has not (never a SIGILL);
 * errors: bad index data, missing buffers, unsupported constructs named.
 """
 
@@ -34,7 +35,12 @@ from cortex.core.loopir.interpret import run  # noqa: E402
 from cortex.core.frontend.reference import evaluate  # noqa: E402
 from cortex.core.frontend.trace import trace  # noqa: E402
 from cortex.plugins.cpu_llvm import codegen  # noqa: E402
+from cortex.plugins.cpu_llvm.jit import host_runs, why_not_runnable  # noqa: E402
 from cortex.plugins.cpu_llvm.runtime import CompiledProgram, LLVMRuntimeError  # noqa: E402
+from cortex.core.errors import TargetNotRunnableError  # noqa: E402
+
+#: Whether this host runs code for the pinned CPU of the tests below (an AVX-512 CPU).
+AVX512_RUNS = host_runs("skylake-avx512")[0]
 
 
 def _outputs_close(program: ir.Program, got: dict, want: dict, dtype: str) -> None:
@@ -114,7 +120,44 @@ def test_pinned_skylake_avx512_gets_zmm_code():
     asm = cp.assembly()
     assert "zmm" in asm and "vfmadd" in asm
     bufs, sizes = _case(p)
-    _outputs_close(p, cp.run(bufs, sizes), run(p, dict(bufs), sizes), "float32")
+    if AVX512_RUNS:
+        _outputs_close(p, cp.run(bufs, sizes), run(p, dict(bufs), sizes), "float32")
+    else:  # this host lacks AVX-512: the code is there to read, and a call is refused
+        with pytest.raises(TargetNotRunnableError, match="avx512f.*cpu='host'"):
+            cp.run(bufs, sizes)
+
+
+def test_code_the_host_cannot_run_is_refused_and_never_started(monkeypatch):
+    """A program compiled for a CPU whose instructions this host lacks starts no worker (the
+    team's start is code for that CPU too) and refuses every call with the reason; code for a
+    CPU it can run (the baseline ``x86-64`` here) runs."""
+    from cortex.plugins.cpu_llvm import runtime
+
+    p = _vectorize_j(tree_lstm(H=16, dtype="float32"), "j", 8)
+    bufs, sizes = _case(p)
+    monkeypatch.setattr(runtime, "host_runs", lambda cpu: (False, "it needs an instruction this host lacks"))
+    cp = CompiledProgram(p, threads=2)
+    assert not cp.runs_here and "<8 x float>" in cp.optimized_ir  # compiled, to read
+    with pytest.raises(TargetNotRunnableError, match="lacks.*cpu='host'"):
+        cp.run(bufs, sizes)
+    cp.close()
+    monkeypatch.undo()
+    if host_runs("x86-64")[0]:
+        ok = CompiledProgram(p, threads=2, cpu="x86-64")
+        _outputs_close(p, ok.run(bufs, sizes), run(p, dict(bufs), sizes), "float32")
+
+
+def test_which_hosts_run_code_for_a_named_cpu():
+    v3 = frozenset({"cx16", "popcnt", "sse3", "sse4.1", "sse4.2", "ssse3", "avx", "avx2", "bmi", "bmi2",
+                    "f16c", "fma", "lzcnt", "movbe"})
+    v4 = v3 | {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}
+    assert why_not_runnable("host", "znver3", v3) == ""
+    assert why_not_runnable("haswell", "znver3", v3) == ""
+    assert why_not_runnable("skylake-avx512", "skylake-avx512", frozenset()) == ""  # its own name
+    assert why_not_runnable("skylake-avx512", "cascadelake", v4) == ""
+    assert "avx512f" in why_not_runnable("skylake-avx512", "znver3", v3)
+    assert "amx-tile" in why_not_runnable("sapphirerapids", "skylake-avx512", v4)
+    assert "not known here" in why_not_runnable("some-future-cpu", "znver3", v3)
 
 
 def test_zoo_tree_lstm_default_schedule_is_vectorized_for_a_pinned_cpu():
@@ -558,7 +601,7 @@ def test_mvrnn_matrix_products_are_column_vectors_and_match():
     for dtype in ("float32", "float64"):
         model = cortex.models.MVRNN(hidden=32, vocab=30, dtype=dtype, seed=4)
         threads = 2 if dtype == "float32" else 1
-        exe = cortex.compile(model, target="llvm", threads=threads, cpu="skylake-avx512")
+        exe = cortex.compile(model, target="llvm", threads=threads, cpu="skylake-avx512" if AVX512_RUNS else "host")
         _assert_matches(model, exe(trees), dtype, f"MVRNN h32 {dtype} threads {threads}")
         _assert_matches(model, exe([trees[0][0]]), dtype, f"MVRNN h32 {dtype} one leaf")
     text = str(cortex.compile(cortex.models.MVRNN(hidden=32, vocab=30, seed=4), target="llvm",

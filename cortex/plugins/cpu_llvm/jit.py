@@ -93,6 +93,54 @@ _AVX512_CPUS = frozenset({
 })
 _AVX2_CPUS = frozenset({"haswell", "broadwell", "skylake", "alderlake", "znver1", "znver2", "znver3", "x86-64-v3"})
 
+# The instruction-set extensions code for a named CPU may use (LLVM's feature names), for the
+# check that this host can run it. Each level includes the one before (the x86-64 levels).
+_X86_V2 = frozenset({"cx16", "popcnt", "sse3", "sse4.1", "sse4.2", "ssse3"})
+_X86_V3 = _X86_V2 | {"avx", "avx2", "bmi", "bmi2", "f16c", "fma", "lzcnt", "movbe"}
+_X86_V4 = _X86_V3 | {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}
+_ICELAKE = _X86_V4 | {"avx512vnni", "avx512vbmi", "avx512vbmi2", "avx512ifma", "avx512bitalg",
+                      "avx512vpopcntdq", "gfni", "vaes", "vpclmulqdq"}
+_SAPPHIRE = _ICELAKE | {"avx512bf16", "avx512fp16", "amx-tile", "amx-bf16", "amx-int8"}
+CPU_FEATURES: dict[str, frozenset[str]] = {
+    "x86-64": frozenset(), "generic": frozenset(),
+    "x86-64-v2": _X86_V2, "nehalem": _X86_V2, "westmere": _X86_V2,
+    "sandybridge": _X86_V2 | {"avx"}, "ivybridge": _X86_V2 | {"avx", "f16c"},
+    **dict.fromkeys(sorted(_AVX2_CPUS), _X86_V3),
+    "x86-64-v4": _X86_V4, "skylake-avx512": _X86_V4, "cascadelake": _X86_V4 | {"avx512vnni"},
+    "cooperlake": _X86_V4 | {"avx512vnni", "avx512bf16"},
+    **dict.fromkeys(("cannonlake", "icelake-client", "icelake-server", "tigerlake"), _ICELAKE),
+    **dict.fromkeys(("sapphirerapids", "emeraldrapids", "graniterapids"), _SAPPHIRE),
+    **dict.fromkeys(("znver4", "znver5"), _ICELAKE | {"avx512bf16"}),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def host_runs(cpu: str) -> tuple[bool, str]:
+    """Whether this host can run code generated for ``cpu`` (``"host"`` always can), and why
+    not (:func:`why_not_runnable` with this host's CPU name and features)."""
+    if cpu == "host":
+        return True, ""
+    _initialize()
+    host = frozenset(k for k, v in llvm.get_host_cpu_features().items() if v)
+    why = why_not_runnable(cpu, llvm.get_host_cpu_name(), host)
+    return not why, why
+
+
+def why_not_runnable(cpu: str, host_name: str, host_features: frozenset[str]) -> str:
+    """Why a host (its LLVM CPU name and features) cannot run code for the LLVM CPU ``cpu``;
+    "" when it can: the extensions the named CPU implies (:data:`CPU_FEATURES`) that the host
+    lacks. A name not in that table runs only where it is the host's own: what its code may use
+    cannot be told, and an instruction the host lacks ends the process (SIGILL)."""
+    if cpu in ("host", host_name):
+        return ""
+    if cpu not in CPU_FEATURES:
+        return (f"which instructions code for cpu={cpu!r} may use is not known here (known: "
+                f"{', '.join(sorted(CPU_FEATURES))}), and this host is {host_name!r}")
+    missing = sorted(CPU_FEATURES[cpu] - host_features)
+    if missing:
+        return f"code for cpu={cpu!r} may use {', '.join(missing)}, which this host ({host_name}) lacks"
+    return ""
+
 
 @functools.lru_cache(maxsize=None)
 def target_machine(cpu: str = "host", opt_level: int = 3) -> llvm.TargetMachine:

@@ -41,10 +41,10 @@ from typing import Any, Mapping
 import numpy as np
 
 from cortex.core import loopir as ir
-from cortex.core.errors import InvalidArgumentError
+from cortex.core.errors import InvalidArgumentError, TargetNotRunnableError
 from cortex.core.loopir.interpret import eval_shape, np_dtype
 from cortex.plugins.cpu_llvm import codegen, interrupt
-from cortex.plugins.cpu_llvm.jit import JitModule, cpu_info
+from cortex.plugins.cpu_llvm.jit import JitModule, cpu_info, host_runs
 
 _RUN = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 _START = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int32, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p)
@@ -112,8 +112,9 @@ _MAIN_THREAD = threading.main_thread().ident
 
 
 def _stop_team(stop, jit) -> None:
-    """Join the workers, then free the code they ran."""
-    stop()
+    """Join the workers (``stop``: None where none were started), then free the code they ran."""
+    if stop is not None:
+        stop()
     jit.close()
 
 
@@ -152,12 +153,15 @@ class CompiledProgram:
         self.ir = ir_text if ir_text is not None else codegen.generate(program, cpu_info(cpu).vector_bits,
                                                                         profile=profile)
         self.jit = JitModule(self.ir, cpu=cpu, opt_level=opt_level, cache=cache)
+        # code for a CPU this host cannot run is kept for its IR and assembly; none of it runs
+        # (not even the team's start: an instruction the host lacks ends the process)
+        self.runs_here, self.why_not_runnable = host_runs(cpu)
         self._run = _RUN(self.jit.address(codegen.SYMBOLS.run))
         start = _START(self.jit.address(codegen.SYMBOLS.start))
         cpus = _usable_cpu_list()
         if pin is None:
             pin = PIN_WORKERS and self.threads == len(cpus) > 1
-        self.pinned = bool(pin) and self.threads <= len(cpus)
+        self.pinned = bool(pin) and self.threads <= len(cpus) and self.runs_here
         if self.pinned:  # worker t on the t-th usable CPU (its L2 keeps its weight rows)
             slots = (ctypes.c_int32 * codegen.MAX_THREADS).from_address(
                 self.jit.engine.get_global_value_address("cx_cpus"))
@@ -165,8 +169,8 @@ class CompiledProgram:
                 slots[t] = cpus[t]
         stop = _STOP(self.jit.address(codegen.SYMBOLS.stop))
         self._start, self._asked = start, self.threads
-        error = self._start_team()
-        self._finalizer = weakref.finalize(self, _stop_team, stop, self.jit)
+        error = self._start_team() if self.runs_here else 0
+        self._finalizer = weakref.finalize(self, _stop_team, stop if self.runs_here else None, self.jit)
         self._lock = threading.Lock()
         self._arm = interrupt.arm_function()
         _LIVE.add(self)
@@ -195,7 +199,7 @@ class CompiledProgram:
         """A forked child has none of the parent's threads (its first call would wait for them
         forever) and perhaps a lock held by a parent thread: a new lock and a new team."""
         self._lock = threading.Lock()
-        if self._finalizer.alive:
+        if self._finalizer.alive and self.runs_here:
             self._warn_if_short(self._start_team(), stacklevel=2)
 
     @property
@@ -263,6 +267,10 @@ class CompiledProgram:
 
         The arrays must be C-contiguous with the buffers' dtypes (see :meth:`run` for a checked
         entry point); they are used in place."""
+        if not self.runs_here:
+            raise TargetNotRunnableError(
+                "llvm", f"program {self.program.name} was compiled for cpu={self.cpu!r}: {self.why_not_runnable}",
+                fix="compile with cpu='host' (the default) to run it on this machine")
         arm = self._arm if threading.get_ident() == _MAIN_THREAD else None  # see interrupt.py
         with self._lock:
             if not self._finalizer.alive:
