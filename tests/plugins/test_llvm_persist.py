@@ -133,7 +133,9 @@ def test_a_node_blocked_state_survives_save_load_and_pickling(fresh_cache, tmp_p
     assert loaded.schedule.state_layout == "node_blocked" and loaded.schedule.state_block == 4
     _equal(loaded(TREES), want)
     _equal(pickle.loads(pickle.dumps(exe))(TREES), want)
-    _equal(cortex.compile(_model(), target="llvm")(TREES), want)  # the row-major schedule: the same bits
+    row_major = cortex.compile(_model(), target="llvm")(TREES)  # the same sums, perhaps in another order
+    for s in want.states:  # (on an AVX2 host, 12 hidden units are a vector of 8 and a tail)
+        np.testing.assert_allclose(row_major.nodes(s), want.nodes(s), rtol=1e-6, atol=1e-7)
 
 
 def test_a_saved_file_from_another_machine_is_compiled_again(fresh_cache, tmp_path, monkeypatch):

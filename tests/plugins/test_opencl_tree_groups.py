@@ -1,6 +1,7 @@
 """Tree groups on a real OpenCL device: a small batch of several trees runs as one launch of
-several work-groups, each walking its own trees' levels; its outputs are bit-identical to the
-one-work-group kernel's (the same code per node) and match the float64 reference.
+several work-groups, each walking its own trees' levels; its outputs are the one-work-group
+kernel's (the same code per node: the same bits where PoCL vectorizes both kernels alike, as on
+an AVX-512 CPU; to rounding on an AVX2 one) and match the float64 reference.
 
 Skipped (with the reason) where pyopencl or an OpenCL device is missing, unless
 ``CORTEX_TEST_REQUIRE`` names opencl: then a missing device fails.
@@ -85,7 +86,9 @@ def test_tree_groups_equal_the_one_group_kernel_bit_for_bit(name):
         expect = ref.run(batch)
         for state in got.states:
             a = got.nodes(state)
-            assert np.array_equal(a, want.nodes(state)), state  # the same code per node
+            # the same code per node, in two kernels that PoCL vectorizes each on its own: the
+            # same bits on an AVX-512 CPU; on an AVX2 one a sum rounded apart, carried up the levels
+            np.testing.assert_allclose(a, want.nodes(state), rtol=2e-5, atol=1e-6, err_msg=state)
             np.testing.assert_allclose(a, expect.nodes(state), rtol=2e-4, atol=2e-5)
         again = grouped.run(batch)  # the layout kept for the same batch: the same outputs
         assert all(np.array_equal(again.nodes(s), got.nodes(s)) for s in got.states)
@@ -128,7 +131,7 @@ def test_tree_groups_default_follows_whether_the_workers_are_pinned():
 
 def test_tree_groups_are_a_schedule_knob_the_tuner_can_choose():
     """The schedule's ``tree_groups`` knob (default: the option) turns the form on by itself, as
-    a tuned record would; outputs stay bit-identical to the one-work-group kernel's."""
+    a tuned record would; outputs stay those of the one-work-group kernel (to rounding)."""
     from cortex.core.lowering.schedule import ScheduleSpace
 
     model, _, one, _ = _executables("TreeLSTM")
@@ -139,5 +142,5 @@ def test_tree_groups_are_a_schedule_knob_the_tuner_can_choose():
     batch = tuned.linearize(BATCHES["TreeLSTM"][2])
     got = tuned.run(batch)
     assert (tuned.artifact.last_form, tuned.artifact.last_groups) == ("tree_groups", 2)
-    assert np.array_equal(got.nodes("h"), one.run(batch).nodes("h"))
+    np.testing.assert_allclose(got.nodes("h"), one.run(batch).nodes("h"), rtol=2e-5, atol=1e-6)
     assert cortex.compile(model, target="opencl", tree_groups=2).schedule.tree_groups == 2
