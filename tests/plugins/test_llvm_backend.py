@@ -271,6 +271,22 @@ def test_backend_capabilities_describe_the_host():
     assert not caps.has_grid and caps.supports_fp64 and caps.cache_bytes_per_core > 0
 
 
+def test_the_node_jam_follows_the_register_file():
+    """Groups of 8 nodes where the CPU has 32 SIMD registers (AVX-512), of 4 where it has 16
+    (AVX2: 8 nodes' accumulators and weight vectors do not fit); a pinned CPU decides, not the
+    host, so the schedule (and the code) for a named CPU is the same on every machine."""
+    from cortex.core.lowering.schedule import ScheduleSpace
+    from cortex.plugins.cpu_llvm.backend import capabilities, preferred
+
+    assert dict(preferred(32, False))["node_jam"] == 8 and dict(preferred(16, False))["node_jam"] == 4
+    assert dict(preferred(16, True))["bf16_dot"] == "amx" and dict(preferred(16, False))["bf16_dot"] == "pairs"
+    for cpu, registers, jam in (("skylake-avx512", 32, 8), ("haswell", 16, 4)):
+        caps = capabilities({"threads": 2, "cpu": cpu})
+        assert caps.vector_registers == registers
+        schedule, rules = ScheduleSpace(caps, "float32").resolve(None)
+        assert schedule.node_jam == jam and "preference" in rules["node_jam"]
+
+
 # ------------------------------------------------------------------ persistence and jamming
 
 
@@ -362,7 +378,8 @@ def test_interchanged_and_jammed_levels_match_the_reference():
         for threads in ((1, 2) if dtype == "float32" else (2,)):
             exe = cortex.compile(model, target="llvm", threads=threads)
             # the level's three node loops (no leaf child, child 0 or child 1 a leaf: leaf_kids)
-            assert any(n.startswith("node_jam=8: 3 level loops jammed") for n in exe.lowered.notes)
+            jam = exe.schedule.node_jam  # 8 with AVX-512, 4 with AVX2 (the register file)
+            assert jam > 1 and any(n.startswith(f"node_jam={jam}: 3 level loops jammed") for n in exe.lowered.notes)
             assert any(isinstance(n, ir.Alloc) for n in ir.walk(exe.program))
             assert " x float] " not in exe.source and " x double] " not in exe.source  # promoted
             _assert_matches(model, exe(trees), dtype, f"{dtype} threads {threads}")

@@ -56,14 +56,35 @@ def l2_bytes_per_core() -> int:
 
 #: The schedule knobs whose best value depends on this code generator, as measured on the
 #: TreeLSTM (docs/llvm.md): threads split each level's hidden units (its weight rows stay in
-#: each core's L2), groups of 8 nodes share each weight load (then 4, 2, 1), fused loops take two
-#: steps a trip, a matrix nest's column loop becomes one 64-lane vector, and the leaves prefetch
-#: their table rows two nodes ahead; bfloat16 weights are read in pairs of rows (``bf16_dot``; on
-#: AMX tiles where the process may run them: ``capabilities``, docs/llvm.md "AMX tiles"); the
-#: team claims each level's units at run time (``level_split``: on the shared machine b1/b10 calls
-#: took 0.04-0.7x the time of the static split; TreeLSTM b100 up to ~1.5x; docs/llvm.md).
+#: each core's L2), groups of nodes share each weight load (:func:`preferred`: how many depends
+#: on the register file), fused loops take two steps a trip, a matrix nest's column loop becomes
+#: one 64-lane vector, and the leaves prefetch their table rows two nodes ahead; bfloat16 weights
+#: are read in pairs of rows (``bf16_dot``; on AMX tiles where the process may run them:
+#: ``capabilities``, docs/llvm.md "AMX tiles"); the team claims each level's units at run time
+#: (``level_split``: on the shared machine b1/b10 calls took 0.04-0.7x the time of the static
+#: split; TreeLSTM b100 up to ~1.5x; docs/llvm.md).
 PREFERRED = (("interchange", True), ("node_jam", 8), ("jam_unroll", 2), ("wide_lanes", 64), ("prefetch", 2),
              ("bf16_dot", "pairs"), ("level_split", "dynamic"))
+
+#: Nodes per jammed group by the SIMD registers the CPU has: 8 with AVX-512's 32; 4 with AVX2's
+#: 16, where a group of 8 keeps more accumulators and weight vectors than there are registers
+#: (TreeLSTM h256 on an AMD EPYC, AVX2: 0.92x / 0.73x / 0.77x the time of 8 at b1 / b10 / b100;
+#: docs/llvm.md, "AVX2 hosts").
+NODE_JAM_BY_REGISTERS = ((32, 8), (16, 4))
+
+
+def preferred(vector_registers: int, amx: bool) -> tuple[tuple[str, Any], ...]:
+    """:data:`PREFERRED` for a CPU with ``vector_registers`` SIMD registers and (``amx``) AMX
+    tiles this process may run."""
+    jam = next((n for regs, n in NODE_JAM_BY_REGISTERS if vector_registers >= regs), 2)
+    out = []
+    for k, v in PREFERRED:
+        if k == "node_jam":
+            v = jam
+        elif k == "bf16_dot" and amx:
+            v = "amx"
+        out.append((k, v))
+    return tuple(out)
 
 
 def capabilities(options: Mapping[str, Any]) -> Capabilities:
@@ -72,16 +93,16 @@ def capabilities(options: Mapping[str, Any]) -> Capabilities:
     bits = cpu_info(options.get("cpu", "host")).vector_bits
     # AMX tiles: on the host CPU only, where this process may run them (asked once per process)
     amx = options.get("cpu", "host") == "host" and amx_available()[0]
-    preferred = tuple(("bf16_dot", "amx") if k == "bf16_dot" and amx else (k, v) for k, v in PREFERRED)
+    registers = 32 if bits >= 512 else 16
     return Capabilities(
         has_grid=False, grid_barrier=False, group_barrier=False,
         max_threads_per_group=1, max_groups=1,
         num_cores=min(threads, codegen.MAX_THREADS),
         shared_memory_bytes=0,
         cache_bytes_per_core=l2_bytes_per_core() or (1 << 20),
-        vector_bits=bits, vector_registers=32 if bits >= 512 else 16,
+        vector_bits=bits, vector_registers=registers,
         address_registers=16 if platform.machine().lower() in ("x86_64", "amd64") else 0,  # x86-64's
-        supports_fp64=True, dialect="", single_call=True, prefetch=True, preferred=preferred,
+        supports_fp64=True, dialect="", single_call=True, prefetch=True, preferred=preferred(registers, amx),
         weight_storage=("bfloat16",),  # kernel.widen: i16 loads widened to float32
         bf16_dot=("widen", "pairs") + (("amx",) if amx else ()),  # kernel.pair_load; amx_gemv
         dynamic_split=True,  # kernel.claimed_loop
