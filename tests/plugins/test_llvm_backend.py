@@ -271,20 +271,23 @@ def test_backend_capabilities_describe_the_host():
     assert not caps.has_grid and caps.supports_fp64 and caps.cache_bytes_per_core > 0
 
 
-def test_the_node_jam_follows_the_register_file():
-    """Groups of 8 nodes where the CPU has 32 SIMD registers (AVX-512), of 4 where it has 16
-    (AVX2: 8 nodes' accumulators and weight vectors do not fit); a pinned CPU decides, not the
-    host, so the schedule (and the code) for a named CPU is the same on every machine."""
+def test_the_jams_follow_the_register_file():
+    """Groups of 8 nodes and 4 matrix rows where the CPU has 32 SIMD registers (AVX-512), of 4
+    and 2 where it has 16 (AVX2: the larger groups' accumulators do not fit); a pinned CPU
+    decides, not the host, so the schedule (and the code) for a named CPU is the same on every
+    machine."""
     from cortex.core.lowering.schedule import ScheduleSpace
     from cortex.plugins.cpu_llvm.backend import capabilities, preferred
 
-    assert dict(preferred(32, False))["node_jam"] == 8 and dict(preferred(16, False))["node_jam"] == 4
-    assert dict(preferred(16, True))["bf16_dot"] == "amx" and dict(preferred(16, False))["bf16_dot"] == "pairs"
-    for cpu, registers, jam in (("skylake-avx512", 32, 8), ("haswell", 16, 4)):
+    wide, narrow = dict(preferred(32, False)), dict(preferred(16, False))
+    assert (wide["node_jam"], wide["row_jam"], narrow["node_jam"], narrow["row_jam"]) == (8, 4, 4, 2)
+    assert dict(preferred(16, True))["bf16_dot"] == "amx" and narrow["bf16_dot"] == "pairs"
+    for cpu, registers, jam, rows in (("skylake-avx512", 32, 8, 4), ("haswell", 16, 4, 2)):
         caps = capabilities({"threads": 2, "cpu": cpu})
         assert caps.vector_registers == registers
         schedule, rules = ScheduleSpace(caps, "float32").resolve(None)
-        assert schedule.node_jam == jam and "preference" in rules["node_jam"]
+        assert (schedule.node_jam, schedule.row_jam) == (jam, rows)
+        assert "preference" in rules["node_jam"] and "preference" in rules["row_jam"]
 
 
 # ------------------------------------------------------------------ persistence and jamming

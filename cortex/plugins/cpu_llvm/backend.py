@@ -66,25 +66,23 @@ def l2_bytes_per_core() -> int:
 PREFERRED = (("interchange", True), ("node_jam", 8), ("jam_unroll", 2), ("wide_lanes", 64), ("prefetch", 2),
              ("bf16_dot", "pairs"), ("level_split", "dynamic"))
 
-#: Nodes per jammed group by the SIMD registers the CPU has: 8 with AVX-512's 32; 4 with AVX2's
-#: 16, where a group of 8 keeps more accumulators and weight vectors than there are registers
-#: (TreeLSTM h256 on an AMD EPYC, AVX2: 0.92x / 0.73x / 0.77x the time of 8 at b1 / b10 / b100;
-#: docs/llvm.md, "AVX2 hosts").
-NODE_JAM_BY_REGISTERS = ((32, 8), (16, 4))
+#: By the SIMD registers the CPU has (at least this many: the preferences), the knobs whose best
+#: value is the register file's. ``node_jam``: nodes per jammed group, 8 with AVX-512's 32; 4
+#: with AVX2's 16, where a group of 8 keeps more accumulators and weight vectors than there are
+#: registers (TreeLSTM h256 on an AMD EPYC, AVX2: groups of 8 took 1.47x / 1.35x the time of 4
+#: at b10 / b100). ``row_jam``: rows of a matrix nest computed together, 4 with 32 registers
+#: (each 64-lane row in four of them); 2 with 16, where a row takes eight (MV-RNN on that
+#: EPYC: 0.76x / 0.77x / 0.79x the time of 4 at b1 / b10 / b100). docs/llvm.md, "AVX2 hosts".
+BY_REGISTERS = ((32, (("node_jam", 8), ("row_jam", 4))), (16, (("node_jam", 4), ("row_jam", 2))))
 
 
 def preferred(vector_registers: int, amx: bool) -> tuple[tuple[str, Any], ...]:
-    """:data:`PREFERRED` for a CPU with ``vector_registers`` SIMD registers and (``amx``) AMX
-    tiles this process may run."""
-    jam = next((n for regs, n in NODE_JAM_BY_REGISTERS if vector_registers >= regs), 2)
-    out = []
-    for k, v in PREFERRED:
-        if k == "node_jam":
-            v = jam
-        elif k == "bf16_dot" and amx:
-            v = "amx"
-        out.append((k, v))
-    return tuple(out)
+    """:data:`PREFERRED` with the choices of :data:`BY_REGISTERS` for a CPU with
+    ``vector_registers`` SIMD registers, and ``bf16_dot="amx"`` where (``amx``) the process may
+    run AMX tiles."""
+    fit = next((dict(v) for regs, v in BY_REGISTERS if vector_registers >= regs), dict(BY_REGISTERS[-1][1]))
+    out = [(k, "amx" if k == "bf16_dot" and amx else fit.get(k, v)) for k, v in PREFERRED]
+    return tuple(out) + tuple((k, v) for k, v in fit.items() if k not in dict(PREFERRED))
 
 
 def capabilities(options: Mapping[str, Any]) -> Capabilities:
