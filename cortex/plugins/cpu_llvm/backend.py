@@ -64,7 +64,7 @@ def l2_bytes_per_core() -> int:
 #: (``level_split``: on the shared machine b1/b10 calls took 0.04-0.7x the time of the static
 #: split; TreeLSTM b100 up to ~1.5x; docs/llvm.md).
 PREFERRED = (("interchange", True), ("node_jam", 8), ("jam_unroll", 2), ("wide_lanes", 64), ("prefetch", 2),
-             ("bf16_dot", "pairs"), ("level_split", "dynamic"))
+             ("bf16_dot", "pairs"), ("level_split", "dynamic"), ("row_jam", 4))
 
 #: By the SIMD registers the CPU has (at least this many: the preferences), the knobs whose best
 #: value is the register file's. ``node_jam``: nodes per jammed group, 8 with AVX-512's 32; 4
@@ -81,8 +81,7 @@ def preferred(vector_registers: int, amx: bool) -> tuple[tuple[str, Any], ...]:
     ``vector_registers`` SIMD registers, and ``bf16_dot="amx"`` where (``amx``) the process may
     run AMX tiles."""
     fit = next((dict(v) for regs, v in BY_REGISTERS if vector_registers >= regs), dict(BY_REGISTERS[-1][1]))
-    out = [(k, "amx" if k == "bf16_dot" and amx else fit.get(k, v)) for k, v in PREFERRED]
-    return tuple(out) + tuple((k, v) for k, v in fit.items() if k not in dict(PREFERRED))
+    return tuple((k, "amx" if k == "bf16_dot" and amx else fit.get(k, v)) for k, v in PREFERRED)
 
 
 def capabilities(options: Mapping[str, Any]) -> Capabilities:
