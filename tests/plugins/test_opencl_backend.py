@@ -34,6 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "core"))
 from test_loopir_examples import child_sum, inputs, random_batch, tree_lstm, tree_rnn  # noqa: E402
 
 BACKEND = create_backend({})
+#: the device's float lanes (16 with AVX-512, unless PoCL compiles for a CPU without it)
+LANES = BACKEND.renderer.float_lanes
 FP64 = BACKEND.capabilities.supports_fp64
 DTYPES = ["float32", pytest.param("float64", marks=pytest.mark.skipif(
     not FP64, reason="the OpenCL device reports no fp64 support (double_fp_config is 0)"))]
@@ -47,10 +49,10 @@ def _close(got, want, dtype):
 @pytest.mark.parametrize("fast_math", [True, False])
 @pytest.mark.parametrize("form", ["per_level", "single_group"])
 def test_jammed_levels_match_the_interpreter_also_when_children_are_missing(form, fast_math):
-    """TreeLSTM levels jammed by the schedule (the core's node jam: groups of 4/2/1 nodes x 16
-    hidden units over weights packed by 16 rows) render as vector statements; nodes with a
-    missing child run node by node through the cold plain body, levels of 1-3 nodes the smaller
-    groups."""
+    """TreeLSTM levels jammed by the schedule (the core's node jam: groups of 4/2/1 nodes x the
+    device's lanes of hidden units over weights packed by as many rows) render as vector
+    statements; nodes with a missing child run node by node through the cold plain body, levels
+    of 1-3 nodes the smaller groups."""
     from cortex.core.lowering.jam import JamOptions, jam_levels
     from cortex.core.lowering.level_interchange import interchange_levels
     from cortex.core.lowering.loop_shapes import block_hidden_loops
@@ -58,12 +60,12 @@ def test_jammed_levels_match_the_interpreter_also_when_children_are_missing(form
 
     rng = np.random.default_rng(11)
     program = tree_lstm(form="per_level", dtype="float32", H=32)
-    packed = change_layout(program, "U", "packed", 16)
-    jammed, n = jam_levels(interchange_levels(block_hidden_loops(packed, 16)[0])[0],
-                           JamOptions(nodes=4, register_lanes=16))
+    packed = change_layout(program, "U", "packed", LANES)
+    jammed, n = jam_levels(interchange_levels(block_hidden_loops(packed, LANES)[0])[0],
+                           JamOptions(nodes=4, register_lanes=LANES))
     assert n >= 1
-    source = cl_compiler.OpenCLRenderer(fast_math=fast_math).render(jammed)
-    assert "cx_vfloat16" in source and "vload" not in source and "vstore" not in source
+    source = cl_compiler.OpenCLRenderer(fast_math=fast_math, float_lanes=LANES).render(jammed)
+    assert f"cx_vfloat{LANES}" in source and "vload" not in source and "vstore" not in source
     assert ("fma(" in source) != fast_math  # with fast_math a multiply-add the driver contracts
     artifact = BACKEND.compiler.compile(source, {"form": form, "fast_math": fast_math})
     batch = random_batch(rng, n_trees=7, max_leaves=9, arity=2)

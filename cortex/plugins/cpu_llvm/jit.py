@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 import llvmlite.binding as llvm
 
 from cortex.core.errors import CortexError
+from cortex.core.plugin.llvm_cpus import CPU_FEATURES, cpu_vector_bits
 
 if TYPE_CHECKING:
     from cortex.core.diskcache import DiskCache
@@ -83,35 +84,18 @@ def cpu_info(cpu: str = "host") -> CpuInfo:
             bits = 128
     else:
         name, features = cpu, ""
-        bits = 512 if ("avx512" in cpu or cpu in _AVX512_CPUS) else (256 if cpu in _AVX2_CPUS else 128)
+        bits = cpu_vector_bits(cpu) or 128
     return CpuInfo(name, features, bits)
 
 
-_AVX512_CPUS = frozenset({
-    "skylake-avx512", "cascadelake", "cooperlake", "cannonlake", "icelake-client", "icelake-server",
-    "tigerlake", "sapphirerapids", "emeraldrapids", "graniterapids", "znver4", "znver5", "x86-64-v4",
-})
-_AVX2_CPUS = frozenset({"haswell", "broadwell", "skylake", "alderlake", "znver1", "znver2", "znver3", "x86-64-v3"})
-
-# The instruction-set extensions code for a named CPU may use (LLVM's feature names), for the
-# check that this host can run it. Each level includes the one before (the x86-64 levels).
-_X86_V2 = frozenset({"cx16", "popcnt", "sse3", "sse4.1", "sse4.2", "ssse3"})
-_X86_V3 = _X86_V2 | {"avx", "avx2", "bmi", "bmi2", "f16c", "fma", "lzcnt", "movbe"}
-_X86_V4 = _X86_V3 | {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}
-_ICELAKE = _X86_V4 | {"avx512vnni", "avx512vbmi", "avx512vbmi2", "avx512ifma", "avx512bitalg",
-                      "avx512vpopcntdq", "gfni", "vaes", "vpclmulqdq"}
-_SAPPHIRE = _ICELAKE | {"avx512bf16", "avx512fp16", "amx-tile", "amx-bf16", "amx-int8"}
-CPU_FEATURES: dict[str, frozenset[str]] = {
-    "x86-64": frozenset(), "generic": frozenset(),
-    "x86-64-v2": _X86_V2, "nehalem": _X86_V2, "westmere": _X86_V2,
-    "sandybridge": _X86_V2 | {"avx"}, "ivybridge": _X86_V2 | {"avx", "f16c"},
-    **dict.fromkeys(sorted(_AVX2_CPUS), _X86_V3),
-    "x86-64-v4": _X86_V4, "skylake-avx512": _X86_V4, "cascadelake": _X86_V4 | {"avx512vnni"},
-    "cooperlake": _X86_V4 | {"avx512vnni", "avx512bf16"},
-    **dict.fromkeys(("cannonlake", "icelake-client", "icelake-server", "tigerlake"), _ICELAKE),
-    **dict.fromkeys(("sapphirerapids", "emeraldrapids", "graniterapids"), _SAPPHIRE),
-    **dict.fromkeys(("znver4", "znver5"), _ICELAKE | {"avx512bf16"}),
-}
+@functools.lru_cache(maxsize=None)
+def cpu_has(cpu: str, feature: str) -> bool:
+    """Whether code for ``cpu`` ("host" or an LLVM CPU name) may use the extension ``feature``
+    (LLVM's name, e.g. ``avx512bf16``): the host's own features, or what :data:`CPU_FEATURES`
+    says a named CPU implies (a name not in it: none)."""
+    if cpu == "host":
+        return f"+{feature}" in cpu_info("host").features.split(",")
+    return feature in CPU_FEATURES.get(cpu, frozenset())
 
 
 @functools.lru_cache(maxsize=None)

@@ -26,6 +26,7 @@ from typing import Any
 
 from cortex.core.errors import TargetNotRunnableError
 from cortex.core.plugin.capabilities import Capabilities
+from cortex.core.plugin.llvm_cpus import CPU_FEATURES, cpu_vector_bits
 
 DEVICE_FIX = (
     "install your device's OpenCL driver (ICD), or `pip install pocl-binary-distribution` "
@@ -55,6 +56,8 @@ class DeviceInfo:
     global_mem_bytes: int
     base_align_bytes: int  # sub-buffer origins must be multiples of this
     cache_bytes: int
+    #: float32 lanes of the device's vectors: its native vector width, no wider than the CPU
+    #: that PoCL compiles for (:func:`pocl_compile_cpu`) where that is a known LLVM CPU
     native_float_lanes: int
     fp64: bool
     driver: str
@@ -62,6 +65,8 @@ class DeviceInfo:
     #: ``POCL_KERNEL_CACHE=0``): a program built again from source is a cache hit there, while
     #: asking PoCL for a program binary compiles every kernel once more (see compiler.py)
     driver_caches_builds: bool = False
+    #: the LLVM CPU PoCL compiles kernels for ("" elsewhere, or when its version string names none)
+    compile_cpu: str = ""
 
     @property
     def label(self) -> str:
@@ -157,6 +162,9 @@ def describe(device: Any) -> DeviceInfo:
         lanes = int(device.native_vector_width_float)
     except Exception:
         lanes = 1
+    compile_cpu = pocl_compile_cpu(device.version) if device.platform.name.strip() == POCL_PLATFORM else ""
+    if cpu_vector_bits(compile_cpu):
+        lanes = min(lanes, cpu_vector_bits(compile_cpu) // 32)
     return DeviceInfo(
         platform=device.platform.name.strip(),
         name=device.name.strip(),
@@ -173,7 +181,23 @@ def describe(device: Any) -> DeviceInfo:
         fp64=fp64,
         driver=f"{device.platform.version.strip()}; driver {device.driver_version.strip()}",
         driver_caches_builds=_driver_caches_builds(device.platform.name),
+        compile_cpu=compile_cpu,
     )
+
+
+def pocl_compile_cpu(version: str) -> str:
+    """The LLVM CPU that PoCL compiles kernels for, from its device version string (``OpenCL 3.0
+    PoCL HSTR: pthread-x86_64-unknown-linux-gnu-znver3``: the name after the target triple), or
+    "" where it names no CPU of :data:`cortex.core.plugin.llvm_cpus.CPU_FEATURES`.
+
+    It is not always the host's own: PoCL 3.0's LLVM names an AVX-512 Zen 4 ``znver3``, compiles
+    the kernels for that CPU (no 512-bit registers) and links the built-in library it picked by
+    the host's features (AVX-512). A kernel that passes 16-float vectors to a built-in
+    (``exp(float16)``) then calls it with another ABI than the library's and crashed the
+    process; vectors no wider than the compile CPU's registers (8 floats there) pass alike."""
+    text = version.rsplit("HSTR:", 1)[-1].strip() if "HSTR:" in version else ""
+    names = sorted(CPU_FEATURES, key=len, reverse=True)  # "x86-64-v3" before "x86-64"
+    return next((n for n in names if text.endswith("-" + n)), "")
 
 
 #: The platform name PoCL reports.
