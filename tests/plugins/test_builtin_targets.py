@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 
 import pytest
 
@@ -112,3 +113,51 @@ def test_builtin_options_reject_bad_values(clean_plugins, name, option, value):
 def test_builtin_options_accept_good_values(clean_plugins, name, options):
     target = clean_plugins.get_registry().get(name)
     assert target.resolve_options(options) == {**target.defaults(), **options}
+
+
+class _FakeCL:
+    """Just enough of pyopencl for the device probe: one platform, one CPU device, whose builds
+    fail with ``log`` (or succeed when it is empty)."""
+
+    class device_type:  # noqa: N801 (pyopencl's name)
+        CPU, GPU, ACCELERATOR = 2, 4, 8
+
+    def __init__(self, log: str) -> None:
+        self.log = log
+        fake = self
+
+        class Program:
+            def __init__(self, ctx, src):
+                pass
+
+            def build(self):
+                if fake.log:
+                    raise RuntimeError(fake.log)
+                return self
+
+        self.Program = Program
+        self.Context = lambda devices: object()
+        device = type("Device", (), {"name": "pthread-Some CPU ", "type": 2})()
+        platform = type("Platform", (), {"name": "Portable Computing Language",
+                                         "get_devices": lambda self: [device]})()
+        self.get_platforms = lambda: [platform]
+        self.__spec__ = importlib.util.spec_from_loader("pyopencl", loader=None)
+
+
+def test_an_opencl_device_that_cannot_build_a_kernel_is_not_counted_and_says_why(monkeypatch):
+    # a PoCL whose LLVM is older than the CPU lists the device, then fails every build
+    fake = _FakeCL("clBuildProgram failed: BUILD_PROGRAM_FAILURE\nBuild on <Device>:\n"
+                   "error: unknown target CPU 'generic'\nDevice pthread-Some CPU failed to build")
+    monkeypatch.setitem(sys.modules, "pyopencl", fake)
+    hostinfo.opencl_devices.cache_clear()
+    try:
+        found = hostinfo.opencl_devices()
+        assert found.devices == ()
+        assert found.unusable == tuple(found.error.split("; "))
+        assert "pthread-Some CPU (CPU) cannot build a kernel: error: unknown target CPU 'generic'" in found.error
+        assert "does not know this CPU" in found.error
+        fake.log = ""
+        hostinfo.opencl_devices.cache_clear()
+        assert hostinfo.opencl_devices().devices == ("Portable Computing Language: pthread-Some CPU (CPU)",)
+    finally:
+        hostinfo.opencl_devices.cache_clear()

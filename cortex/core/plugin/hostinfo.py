@@ -153,34 +153,64 @@ def cuda_driver() -> CudaDriver:
 
 @dataclass(frozen=True)
 class OpenCLDevices:
-    """OpenCL devices as ``"platform: device (type)"`` lines, or why there are none."""
+    """OpenCL devices that can build a kernel, as ``"platform: device (type)"`` lines, or why
+    there are none; ``unusable`` names the devices that are there but fail to build one."""
 
     devices: tuple[str, ...] = ()
     error: str = ""
+    unusable: tuple[str, ...] = ()
+
+
+#: A kernel every OpenCL device must build: the probe that a device's compiler works on this host.
+_PROBE_KERNEL = "__kernel void cortex_probe(__global float *x) { x[get_global_id(0)] *= 2.0f; }"
+
+
+def _build_problem(cl, device) -> str:
+    """Why ``device`` cannot build :data:`_PROBE_KERNEL` ("" when it can). A driver may list a
+    device whose compiler fails on this host, e.g. a PoCL whose LLVM is older than the CPU: it
+    names the CPU ``generic`` and then rejects that name, so every build fails."""
+    try:
+        cl.Program(cl.Context([device]), _PROBE_KERNEL).build()
+        return ""
+    except Exception as exc:  # pyopencl's build and context errors
+        log = str(exc)
+        lines = [ln.strip() for ln in log.splitlines() if "error" in ln.lower() and ln.strip()]
+        problem = next((ln for ln in lines if not ln.lower().startswith("clbuildprogram")), "")
+        problem = problem or (log.strip().splitlines() or [type(exc).__name__])[0]
+        if "unknown target cpu" in problem.lower():
+            problem += " (the driver's compiler does not know this CPU: it needs a build on a newer LLVM)"
+        return problem
 
 
 @functools.lru_cache(maxsize=None)
 def opencl_devices() -> OpenCLDevices:
-    """Every OpenCL device pyopencl can see (imports pyopencl; guarded)."""
+    """Every OpenCL device pyopencl can see that builds a probe kernel (imports pyopencl and
+    builds one tiny program per device, once per process; guarded)."""
     if importlib.util.find_spec("pyopencl") is None:
         return OpenCLDevices(error="pyopencl is not installed")
     try:
         import pyopencl as cl
 
-        devices = []
+        devices, unusable = [], []
         for plat in cl.get_platforms():
             for dev in plat.get_devices():
                 kind = "/".join(
                     word for word in ("CPU", "GPU", "ACCELERATOR")
                     if dev.type & getattr(cl.device_type, word)
                 ) or "other"
-                devices.append(f"{plat.name.strip()}: {dev.name.strip()} ({kind})")
+                line = f"{plat.name.strip()}: {dev.name.strip()} ({kind})"
+                problem = _build_problem(cl, dev)
+                if problem:
+                    unusable.append(f"{line} cannot build a kernel: {problem}")
+                else:
+                    devices.append(line)
     except Exception as exc:  # pyopencl raises its own errors, e.g. when there is no platform
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return OpenCLDevices(error=f"no OpenCL platform found ({message})")
     if not devices:
-        return OpenCLDevices(error="no OpenCL device found")
-    return OpenCLDevices(devices=tuple(devices))
+        error = "; ".join(unusable) if unusable else "no OpenCL device found"
+        return OpenCLDevices(error=error, unusable=tuple(unusable))
+    return OpenCLDevices(devices=tuple(devices), unusable=tuple(unusable))
 
 
 def summary(probe_devices: bool = True) -> dict[str, str]:
@@ -194,7 +224,7 @@ def summary(probe_devices: bool = True) -> dict[str, str]:
     }
     if probe_devices:
         cl_devices = opencl_devices()
-        result["OpenCL devices"] = "; ".join(cl_devices.devices) or cl_devices.error
+        result["OpenCL devices"] = "; ".join(cl_devices.devices + cl_devices.unusable) or cl_devices.error
         driver = cuda_driver()
         result["GPU"] = (
             f"{', '.join(driver.devices)} (CUDA driver {driver.version})" if driver.devices

@@ -65,6 +65,11 @@ OPTIONS = (
 )
 
 
+#: The fix where devices are there but none of them builds a kernel on this host.
+BUILD_FIX = ("an OpenCL driver whose compiler supports this CPU (for PoCL, a release built on an LLVM "
+             "that knows this CPU, e.g. your distribution's pocl package, registered as an ICD)")
+
+
 def enabled() -> Availability:
     if importlib.util.find_spec(PACKAGE) is None:
         return Availability.no(f"{PACKAGE} is not installed", FIX)
@@ -78,7 +83,7 @@ def runnable() -> Availability:
     workers.note_probe()
     found = hostinfo.opencl_devices()
     if not found.devices:
-        return Availability.no(found.error, DEVICE_FIX)
+        return Availability.no(found.error, BUILD_FIX if found.unusable else DEVICE_FIX)
     return Availability.yes("; ".join(found.devices))
 
 
