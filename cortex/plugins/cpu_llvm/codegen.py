@@ -96,7 +96,8 @@ class _Module:
         self.g_futex = self._global("cx_futex_nr", I64)
         self.g_intr = self._global("cx_interrupt", PTR, None)
         self.g_abort = self._global("cx_abort", I32)
-        self.g_abort_ack = self._global("cx_abort_ack", I32)
+        # per worker: the generation (cx_gen) of the last call it has left, one cache line each
+        self.g_left = self._lines("cx_left", I32)
         self.g_jmp = ll.GlobalVariable(self.m, ll.ArrayType(PTR, MAX_THREADS), "cx_jmp")
         self.g_jmp.linkage = "internal"
         self.g_jmp.initializer = ll.Constant(ll.ArrayType(PTR, MAX_THREADS), None)

@@ -33,9 +33,11 @@ Interrupts. Every thread enters ``cx_spmd`` through ``cx_spmd_guarded``, which r
 ``_setjmp`` point per thread. At a team barrier the last thread to arrive reads the call's
 interrupt word and, when it is set, raises ``cx_abort`` before releasing the others; every
 thread leaving that barrier then ``longjmp``\\s back to its guard (the generated code holds no
-resources: nothing to unwind), each worker counting itself out in ``cx_abort_ack`` first; the
-workers wait for the next call, and ``cx_run``, once all have counted themselves out, clears
-both words and returns 1. All threads leave at the same barrier and before the next call can
+resources: nothing to unwind); the workers wait for the next call, and ``cx_run``, once
+every worker has left the call (each worker, however it left, writes the generation of the call
+it left into its own word ``cx_left[t]``: a per-thread word, not a shared count, so a worker
+that left some other way than the others is waited for exactly once), clears both words and
+returns 1. All threads leave at the same barrier and before the next call can
 start, so the team stays consistent and the program usable. A dynamically split loop
 (:func:`claim_fn`, :func:`finish_fn`) ends without a barrier; its threads read the interrupt
 word at its end, and the first to see it set raises ``cx_abort``: then every thread leaves at
@@ -119,28 +121,20 @@ def _interrupt_or_abort(mod, b: ll.IRBuilder, fn: ll.Function, tid: ll.Value, sh
         b.store_atomic(_c(1), mod.g_abort, "monotonic", 4)
         b.branch(cont)
     else:
-        _leave(mod, b, tid, _c(0))
+        _leave(mod, b, tid)
     b.position_at_end(cont)
 
 
-def _leave(mod, b: ll.IRBuilder, tid: ll.Value, counted: ll.Value) -> None:
-    """``longjmp`` back to this thread's guard (``cx_spmd_guarded``), a worker first counting
-    itself out in ``cx_abort_ack`` when ``counted`` (``cx_leave``, out of line)."""
-    fn, lb = _cold_function(mod, "cx_leave", VOID, [I32, I32])
+def _leave(mod, b: ll.IRBuilder, tid: ll.Value) -> None:
+    """``longjmp`` back to this thread's guard (``cx_spmd_guarded``; ``cx_leave``, out of line)."""
+    fn, lb = _cold_function(mod, "cx_leave", VOID, [I32])
     if lb is not None:
         fn.attributes.add("noreturn")
-        t, count = fn.args
-        ack, jump = _blocks(fn, "ack", "jump")
-        lb.cbranch(lb.icmp_signed("!=", count, _c(0)), ack, jump)
-        lb.position_at_end(ack)
-        lb.atomic_rmw("add", mod.g_abort_ack, _c(1), "release")
-        lb.branch(jump)
-        lb.position_at_end(jump)
         longjmp = mod.decl("longjmp", VOID, [PTR, I32])
         longjmp.attributes.add("noreturn")
-        lb.call(longjmp, [lb.load(_slot(lb, mod.g_jmp, t, PTR), typ=PTR), _c(1)])
+        lb.call(longjmp, [lb.load(_slot(lb, mod.g_jmp, fn.args[0], PTR), typ=PTR), _c(1)])
         lb.unreachable()
-    b.call(fn, [tid, counted])
+    b.call(fn, [tid])
     b.unreachable()
 
 
@@ -240,8 +234,8 @@ def emit_barrier(mod, name: str) -> ll.Function:
     abort_bb, out = _blocks(fn, "abort", "out")
     aborted = b.load_atomic(mod.g_abort, "monotonic", 4, typ=I32)
     b.cbranch(b.icmp_signed("!=", aborted, _c(0)), abort_bb, out)
-    b.position_at_end(abort_bb)  # a worker counts itself out; cx_run waits for all of them
-    _leave(mod, b, tid, b.zext(b.icmp_signed("!=", tid, _c(0)), I32))
+    b.position_at_end(abort_bb)  # cx_run waits until every worker has left
+    _leave(mod, b, tid)
     b.position_at_end(out)
     b.ret_void()
     return fn
@@ -355,7 +349,7 @@ def finish_fn(mod) -> ll.Function:
     b.position_at_end(ret)
     b.ret_void()
     b.position_at_end(leave)
-    _leave(mod, b, tid, b.zext(b.icmp_signed("!=", tid, _c(0)), I32))
+    _leave(mod, b, tid)
     return fn
 
 
@@ -486,6 +480,8 @@ def _emit_worker(mod, guarded: ll.Function) -> ll.Function:
     sizes = b.load(mod.g_sizes, typ=PTR)
     nth = b.load(mod.g_nth, typ=I32)
     b.call(guarded, [bufs, sizes, tid, nth])
+    # out of call ``now``, however it left (cx_settle waits for this word after an interrupt)
+    b.atomic_rmw("xchg", _slot(b, mod.g_left, b.mul(tid, _c(line_words(I32))), I32), now, "release")
     seen.add_incoming(now, work)
     b.branch(outer)
     b.position_at_end(quit_)
@@ -566,20 +562,30 @@ def _reset_claims(mod, b: ll.IRBuilder, nth: ll.Value) -> None:
 
 def _settle_fn(mod) -> ll.Function:
     """``void cx_settle(int32 nthreads)``, after an interrupted call: wait until every worker
-    has left it (one still on its way out of the barrier must not see the next call's cleared
-    ``cx_abort`` and carry on), then clear the interrupt words."""
+    has left it (``cx_left[t]`` is this call's generation: one still on its way out of the
+    barrier must not see the next call's cleared ``cx_abort`` and carry on), then clear the
+    interrupt words."""
     fn, b = _cold_function(mod, "cx_settle", VOID, [I32])
     if b is not None:
-        wait, spin, settled = _blocks(fn, "wait", "spin", "settled")
+        call = b.load_atomic(mod.g_gen, "monotonic", 4, typ=I32)  # this call's (only cx_run moves it)
+        pre = b.block
+        loop, wait, spin, next_, settled = _blocks(fn, "worker", "wait", "spin", "next", "settled")
+        b.cbranch(b.icmp_signed(">", fn.args[0], _c(1)), loop, settled)
+        b.position_at_end(loop)
+        t = b.phi(I32, name="t")
+        t.add_incoming(_c(1), pre)
         b.branch(wait)
         b.position_at_end(wait)
-        acks = b.load_atomic(mod.g_abort_ack, "acquire", 4, typ=I32)
-        b.cbranch(b.icmp_signed("==", acks, b.sub(fn.args[0], _c(1))), settled, spin)
+        left = b.load_atomic(_slot(b, mod.g_left, b.mul(t, _c(line_words(I32))), I32), "acquire", 4, typ=I32)
+        b.cbranch(b.icmp_signed("==", left, call), next_, spin)
         b.position_at_end(spin)
         b.call(mod.decl("sched_yield", I32, []), [])
         b.branch(wait)
+        b.position_at_end(next_)
+        t2 = b.add(t, _c(1))
+        t.add_incoming(t2, next_)
+        b.cbranch(b.icmp_signed("<", t2, fn.args[0]), loop, settled)
         b.position_at_end(settled)
-        b.store_atomic(_c(0), mod.g_abort_ack, "monotonic", 4)
         b.store_atomic(_c(0), mod.g_bar_count, "monotonic", 4)  # threads may have left mid-barrier
         b.store_atomic(_c(0), mod.g_abort, "monotonic", 4)
         b.ret_void()
@@ -608,7 +614,7 @@ def _emit_start(mod, worker: ll.Function) -> None:
     b.store(futex_nr, mod.g_futex)
     # a fresh team: also after a fork, whose child has none of the parent's threads and may
     # hold a call's half-done barrier
-    for g in (mod.g_sleepers, mod.g_bar_count, mod.g_abort, mod.g_abort_ack):
+    for g in (mod.g_sleepers, mod.g_bar_count, mod.g_abort):
         b.store(_c(0), g)
     b.store_atomic(_c(0), mod.g_stop, "seq_cst", 4)
     b.store(b.load_atomic(mod.g_gen, "seq_cst", 4, typ=I32), mod.g_gen0)
