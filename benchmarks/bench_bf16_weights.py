@@ -18,6 +18,7 @@ Usage::
     python benchmarks/bench_bf16_weights.py --models TreeLSTM --batches 1,10 --out b.json
     python benchmarks/bench_bf16_weights.py --quick                      # smoke test, seconds
     python benchmarks/bench_bf16_weights.py --amx --out amx.json         # and bf16_dot="amx"
+    python benchmarks/bench_bf16_weights.py --dpbf16 --out dp.json       # and bf16_dot="dpbf16"
 """
 
 from __future__ import annotations
@@ -51,8 +52,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--batches", default="1", help="comma list of batch sizes (default: 1)")
     p.add_argument("--amx", action="store_true", help="also bf16_dot='amx' (AMX tiles; needs a CPU "
                    "and kernel that offer them)")
+    p.add_argument("--dpbf16", action="store_true", help="also bf16_dot='dpbf16' (vdpbf16ps; needs a "
+                   "CPU with AVX512-BF16)")
     add_ab_arguments(p)
     return p.parse_args(argv)
+
+
+def rounded_dots(args: argparse.Namespace) -> tuple[str, ...]:
+    """The ``bf16_dot`` choices that round the activations too, asked for on the command line."""
+    return tuple(dot for dot, asked in (("amx", args.amx), ("dpbf16", args.dpbf16)) if asked)
 
 
 def errors(got: dict, want: dict) -> dict:
@@ -80,7 +88,7 @@ def measure(model_name: str, batch_size: int, args: argparse.Namespace) -> dict:
     extra = {"threads": args.threads} if args.threads else {}
     exes = {"float32": cortex.compile(model, target=args.target, **extra)}
     default = exes["float32"].schedule.to_dict()
-    variants = {**VARIANTS, **({"bfloat16_amx": ("bfloat16", "amx")} if args.amx else {})}
+    variants = {**VARIANTS, **{f"bfloat16_{dot}": ("bfloat16", dot) for dot in rounded_dots(args)}}
     for v, (weights, dot) in variants.items():
         if dot is not None:
             exes[v] = cortex.compile(model, target=args.target, weights=weights,
@@ -105,11 +113,12 @@ def measure(model_name: str, batch_size: int, args: argparse.Namespace) -> dict:
                                                           for s, a in nodes["float32"].items()}),
         "pairs_vs_bfloat16": errors(nodes["bfloat16_pairs"], {s: np.asarray(a, np.float64)
                                                               for s, a in nodes["bfloat16"].items()}),
-        **({"amx_vs_reference": errors(nodes["bfloat16_amx"], ref),
-            "amx_vs_float32": errors(nodes["bfloat16_amx"], {s: np.asarray(a, np.float64)
-                                                             for s, a in nodes["float32"].items()}),
-            "ratio_amx_to_fp32": med["bfloat16_amx"] / med["float32"],
-            "ratio_amx_to_pairs": med["bfloat16_amx"] / med["bfloat16_pairs"]} if args.amx else {}),
+        **{key: value for dot in rounded_dots(args) for key, value in (
+            (f"{dot}_vs_reference", errors(nodes[f"bfloat16_{dot}"], ref)),
+            (f"{dot}_vs_float32", errors(nodes[f"bfloat16_{dot}"], {s: np.asarray(a, np.float64)
+                                                                    for s, a in nodes["float32"].items()})),
+            (f"ratio_{dot}_to_fp32", med[f"bfloat16_{dot}"] / med["float32"]),
+            (f"ratio_{dot}_to_pairs", med[f"bfloat16_{dot}"] / med["bfloat16_pairs"]))},
         "median_ms": med, "ratio_bf16_to_fp32": med["bfloat16"] / med["float32"],
         "ratio_pairs_to_fp32": med["bfloat16_pairs"] / med["float32"],
         "ratio_pairs_to_bf16": med["bfloat16_pairs"] / med["bfloat16"], "samples_ms": samples,
@@ -133,12 +142,12 @@ def main(argv: list[str] | None = None) -> int:
                   f"pairs {res['median_ms']['bfloat16_pairs']:.3f} ms (x{res['ratio_pairs_to_fp32']:.3f}); "
                   f"bf16 vs fp32 max abs {e['max_abs']:.2e} mean abs {e['mean_abs']:.2e} "
                   f"max rel {e['max_rel']:.2e} rel l2 {e['rel_l2']:.2e}", file=sys.stderr)
-            if args.amx:
-                a = res["amx_vs_reference"]
-                print(f"  amx {res['median_ms']['bfloat16_amx']:.3f} ms (x{res['ratio_amx_to_fp32']:.3f} of fp32, "
-                      f"x{res['ratio_amx_to_pairs']:.3f} of pairs); vs reference max abs {a['max_abs']:.2e} "
-                      f"mean abs {a['mean_abs']:.2e} rel l2 {a['rel_l2']:.2e} scaled {a['max_scaled']:.2e}",
-                      file=sys.stderr)
+            for dot in rounded_dots(args):
+                a = res[f"{dot}_vs_reference"]
+                print(f"  {dot} {res['median_ms'][f'bfloat16_{dot}']:.3f} ms (x{res[f'ratio_{dot}_to_fp32']:.3f} "
+                      f"of fp32, x{res[f'ratio_{dot}_to_pairs']:.3f} of pairs); vs reference max abs "
+                      f"{a['max_abs']:.2e} mean abs {a['mean_abs']:.2e} rel l2 {a['rel_l2']:.2e} "
+                      f"scaled {a['max_scaled']:.2e}", file=sys.stderr)
     write_json(doc, args.out)
     return 0
 

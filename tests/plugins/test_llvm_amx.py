@@ -71,11 +71,16 @@ def test_a_reduction_not_a_multiple_of_32_stays_on_the_fmas():
         np.testing.assert_array_equal(amx(TREES).nodes(s), want.nodes(s))
 
 
-def test_the_default_is_amx_where_offered_and_pairs_elsewhere():
+def test_the_default_is_amx_where_offered_then_dpbf16_then_pairs():
+    from cortex.plugins.cpu_llvm.jit import cpu_has, cpu_info
+
     model = TreeLSTM(hidden=32, embed=8, vocab=20, seed=0)
-    assert cortex.compile(model, target="llvm", weights="bfloat16").schedule.bf16_dot == ("amx" if AMX else "pairs")
-    named = cortex.compile(model, target="llvm", weights="bfloat16", cpu="skylake-avx512")
-    assert named.schedule.bf16_dot == "pairs"
+    dpbf16 = cpu_info("host").vector_bits >= 512 and cpu_has("host", "avx512bf16")
+    want = "amx" if AMX else ("dpbf16" if dpbf16 else "pairs")
+    assert cortex.compile(model, target="llvm", weights="bfloat16").schedule.bf16_dot == want
+    for cpu, dot in (("skylake-avx512", "pairs"), ("znver4", "dpbf16")):
+        named = cortex.compile_only(model, target="llvm", weights="bfloat16", cpu=cpu)
+        assert named.schedule.bf16_dot == dot
 
 
 def test_a_named_cpu_never_offers_amx():

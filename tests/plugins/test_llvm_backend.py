@@ -282,6 +282,8 @@ def test_the_jams_follow_the_register_file():
     wide, narrow = dict(preferred(32, False)), dict(preferred(16, False))
     assert (wide["node_jam"], wide["row_jam"], narrow["node_jam"], narrow["row_jam"]) == (8, 4, 4, 2)
     assert dict(preferred(16, True))["bf16_dot"] == "amx" and narrow["bf16_dot"] == "pairs"
+    assert dict(preferred(32, False, True))["bf16_dot"] == "dpbf16"
+    assert dict(preferred(32, True, True))["bf16_dot"] == "amx"  # tiles first where both
     for cpu, registers, jam, rows in (("skylake-avx512", 32, 8, 4), ("haswell", 16, 4, 2)):
         caps = capabilities({"threads": 2, "cpu": cpu})
         assert caps.vector_registers == registers

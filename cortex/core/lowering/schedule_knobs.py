@@ -50,9 +50,10 @@ preference in ``Capabilities.preferred`` and the rule takes it when it is legal.
                        below as one work unit, one barrier per pair of levels
                        (``linearize.units`` builds the units per call)
 ``bf16_dot``           how kernels read ``weights="bfloat16"`` matrices: "widen" each element,
-                       "pairs" (``bfloat16_pairs`` storage: two reduction rows per word), or
+                       "pairs" (``bfloat16_pairs`` storage: two reduction rows per word),
                        "amx" (the same storage, jammed GEMVs on AMX tiles: llvm, where the
-                       host and the kernel offer them)
+                       host and the kernel offer them), or "dpbf16" (the same storage, jammed
+                       GEMVs on the AVX512-BF16 dot product: llvm, for a CPU with avx512bf16)
 ``hoist_projections``  a level's GEMVs over the node's own input computed for every internal node
                        before the level loop, and those over a child's state in a per-child
                        reduction for the level's child edges before its nodes

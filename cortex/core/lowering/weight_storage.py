@@ -26,6 +26,11 @@ if TYPE_CHECKING:
 
 #: The ``weights`` option's values: the compute dtype's own, or a storage format.
 WEIGHT_DTYPES = ("float32", "float64", "bfloat16")
+#: The ``bf16_dot`` choices that read ``bfloat16_pairs`` storage (rows ``k`` and ``k + 1`` in one
+#: word), and those of them whose jammed GEMVs the code generator runs on bfloat16 products (the
+#: activations rounded too), which it learns from the program's launch setting ``bf16_dot``.
+PAIRS_DOTS = ("pairs", "amx", "dpbf16")
+ROUNDED_DOTS = {"amx": "on AMX tiles", "dpbf16": "on the AVX512-BF16 dot product (vdpbf16ps)"}
 
 
 def streamed_weights(program: ir.Program) -> tuple[str, ...]:
@@ -66,20 +71,22 @@ def store_weights(lowered: "Lowered", weights: str) -> "Lowered":
     notes = tuple(f"weights: {', '.join(sorted(n for n, f in formats.items() if f == fmt))} stored as {fmt}"
                   for fmt in sorted(set(formats.values())))
     launch = lowered.program.launch
-    if lowered.schedule.bf16_dot == "amx" and "bfloat16_pairs" in formats.values():
-        launch += (("bf16_dot", "amx"),)  # the code generator multiplies the pairs on AMX tiles
-        notes += ("bf16_dot=amx: the jammed GEMVs over the pairs matrices on AMX tiles where the code "
-                  "generator finds them (activations rounded to bfloat16)",)
+    dot = lowered.schedule.bf16_dot
+    if dot in ROUNDED_DOTS and "bfloat16_pairs" in formats.values():
+        launch += (("bf16_dot", dot),)  # the code generator multiplies the pairs in bfloat16
+        notes += (f"bf16_dot={dot}: the jammed GEMVs over the pairs matrices {ROUNDED_DOTS[dot]} where "
+                  f"the code generator finds them (activations rounded to bfloat16)",)
     return replace(lowered, program=replace(lowered.program, buffers=buffers, launch=launch),
                    notes=lowered.notes + (notes or (f"weights: no weight matrix to store as {weights}",)))
 
 
 def _format(buffer: ir.Buffer, weights: str, bf16_dot: str) -> str:
     """The storage format of a weight matrix: ``bfloat16_pairs`` for bfloat16 weights with
-    ``bf16_dot="pairs"`` or ``"amx"`` (the pairs layout is the AMX B tile's) where the matrix's
+    a ``bf16_dot`` of :data:`PAIRS_DOTS` (the pairs layout is the AMX B tile's and the operand of
+    ``vdpbf16ps``) where the matrix's
     second last dimension is a constant even size (a pair of reduction rows), else ``weights``."""
     rows = ir.const_int(buffer.shape[-2])
-    if weights == "bfloat16" and bf16_dot in ("pairs", "amx") and rows is not None and rows % 2 == 0:
+    if weights == "bfloat16" and bf16_dot in PAIRS_DOTS and rows is not None and rows % 2 == 0:
         return "bfloat16_pairs"
     return weights
 

@@ -43,7 +43,8 @@ class Capabilities:
     # how the code generator reads bfloat16 weights (the ``bf16_dot`` schedule knob's choices):
     # "widen" (each element widened to float32), "pairs" (``bfloat16_pairs`` storage: a word of
     # two reduction rows, one instruction per element), "amx" (the same storage multiplied on
-    # AMX tiles, the activations rounded to bfloat16; offered only where the process may run them)
+    # AMX tiles, the activations rounded to bfloat16; offered only where the process may run them),
+    # "dpbf16" (the same storage and rounding, on a dot-product instruction of bfloat16 pairs)
     bf16_dot: tuple[str, ...] = ("widen",)
     # Code form
     dialect: str = "c"  # which C-family dialect table the renderer uses, or "" for non-C

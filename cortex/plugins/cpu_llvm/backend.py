@@ -31,7 +31,7 @@ from cortex.core.plugin.capabilities import Capabilities
 from cortex.core.diskcache import DiskCache
 from cortex.plugins.cpu_llvm import codegen, native_linearize
 from cortex.plugins.cpu_llvm.amx import amx_available, require_amx
-from cortex.plugins.cpu_llvm.jit import cpu_info
+from cortex.plugins.cpu_llvm.jit import LLVMBackendError, cpu_has, cpu_info
 from cortex.plugins.cpu_llvm.runtime import CompiledProgram, usable_cpus
 
 CODEGEN_REVISION = "cortex-llvm 3"  # 2: cx_run/cx_start take the interrupt and team arguments; 3: the schedule owns the jam
@@ -59,8 +59,9 @@ def l2_bytes_per_core() -> int:
 #: each core's L2), groups of nodes share each weight load (:func:`preferred`: how many depends
 #: on the register file), fused loops take two steps a trip, a matrix nest's column loop becomes
 #: one 64-lane vector, and the leaves prefetch their table rows two nodes ahead; bfloat16 weights
-#: are read in pairs of rows (``bf16_dot``; on AMX tiles where the process may run them:
-#: ``capabilities``, docs/llvm.md "AMX tiles"); the team claims each level's units at run time
+#: are read in pairs of rows (``bf16_dot``; on AMX tiles where the process may run them, else
+#: on ``vdpbf16ps`` where the CPU has AVX512-BF16: :func:`preferred`, docs/llvm.md "AMX tiles"
+#: and "The AVX512-BF16 dot product"); the team claims each level's units at run time
 #: (``level_split``: on the shared machine b1/b10 calls took 0.04-0.7x the time of the static
 #: split; TreeLSTM b100 up to ~1.5x; docs/llvm.md).
 PREFERRED = (("interchange", True), ("node_jam", 8), ("jam_unroll", 2), ("wide_lanes", 64), ("prefetch", 2),
@@ -76,12 +77,16 @@ PREFERRED = (("interchange", True), ("node_jam", 8), ("jam_unroll", 2), ("wide_l
 BY_REGISTERS = ((32, (("node_jam", 8), ("row_jam", 4))), (16, (("node_jam", 4), ("row_jam", 2))))
 
 
-def preferred(vector_registers: int, amx: bool) -> tuple[tuple[str, Any], ...]:
+def preferred(vector_registers: int, amx: bool, dpbf16: bool = False) -> tuple[tuple[str, Any], ...]:
     """:data:`PREFERRED` with the choices of :data:`BY_REGISTERS` for a CPU with
     ``vector_registers`` SIMD registers, and ``bf16_dot="amx"`` where (``amx``) the process may
-    run AMX tiles."""
-    fit = next((dict(v) for regs, v in BY_REGISTERS if vector_registers >= regs), dict(BY_REGISTERS[-1][1]))
-    return tuple((k, "amx" if k == "bf16_dot" and amx else fit.get(k, v)) for k, v in PREFERRED)
+    run AMX tiles, else ``"dpbf16"`` where (``dpbf16``) the CPU has the AVX512-BF16 dot product
+    (every zoo model at h256 on a Zen 5: 0.71-0.93x the time of ``pairs`` where its GEMVs are
+    jammed, ties elsewhere; docs/llvm.md)."""
+    fit = dict(next((v for regs, v in BY_REGISTERS if vector_registers >= regs), BY_REGISTERS[-1][1]))
+    if amx or dpbf16:
+        fit["bf16_dot"] = "amx" if amx else "dpbf16"
+    return tuple((k, fit.get(k, v)) for k, v in PREFERRED)
 
 
 def capabilities(options: Mapping[str, Any]) -> Capabilities:
@@ -90,6 +95,7 @@ def capabilities(options: Mapping[str, Any]) -> Capabilities:
     bits = cpu_info(options.get("cpu", "host")).vector_bits
     # AMX tiles: on the host CPU only, where this process may run them (asked once per process)
     amx = options.get("cpu", "host") == "host" and amx_available()[0]
+    dpbf16 = bits >= 512 and cpu_has(options.get("cpu", "host"), "avx512bf16")  # vdpbf16ps on zmm
     registers = 32 if bits >= 512 else 16
     return Capabilities(
         has_grid=False, grid_barrier=False, group_barrier=False,
@@ -99,9 +105,10 @@ def capabilities(options: Mapping[str, Any]) -> Capabilities:
         cache_bytes_per_core=l2_bytes_per_core() or (1 << 20),
         vector_bits=bits, vector_registers=registers,
         address_registers=16 if platform.machine().lower() in ("x86_64", "amd64") else 0,  # x86-64's
-        supports_fp64=True, dialect="", single_call=True, prefetch=True, preferred=preferred(registers, amx),
+        supports_fp64=True, dialect="", single_call=True, prefetch=True, preferred=preferred(registers, amx, dpbf16),
         weight_storage=("bfloat16",),  # kernel.widen: i16 loads widened to float32
-        bf16_dot=("widen", "pairs") + (("amx",) if amx else ()),  # kernel.pair_load; amx_gemv
+        # kernel.pair_load; amx_gemv; dpbf16_gemv
+        bf16_dot=("widen", "pairs") + (("amx",) if amx else ()) + (("dpbf16",) if dpbf16 else ()),
         dynamic_split=True,  # kernel.claimed_loop
     )
 
@@ -148,9 +155,14 @@ class LLVMCompiler(Compiler):
             raise TypeError("the llvm compiler takes what the llvm renderer returns (LLVMSource)")
         if program.launch_setting("bf16_dot") == "amx":
             require_amx(f"program {program.name} (bf16_dot='amx')")
+        cpu = options.get("cpu", "host")
+        if program.launch_setting("bf16_dot") == "dpbf16" and not cpu_has(cpu, "avx512bf16"):
+            # (LLVM cannot select vdpbf16ps for such a CPU: it would end the process)
+            raise LLVMBackendError(f"program {program.name} uses bf16_dot='dpbf16', which needs a CPU "
+                                   f"with avx512bf16; cpu={cpu!r} has none")
         threads = int(program.launch_setting("threads", 0) or options.get("threads", 0))  # the schedule's
         compiled = CompiledProgram(program, threads=threads,
-                                   cpu=options.get("cpu", "host"), opt_level=int(options.get("opt_level", 3)),
+                                   cpu=cpu, opt_level=int(options.get("opt_level", 3)),
                                    ir_text=str(source), profile=bool(options.get("profile", False)),
                                    pin=bool(options.get("pin", False)) or None,
                                    cache=DiskCache(CACHE_NAMESPACE))

@@ -20,7 +20,9 @@ from llvmlite import ir as ll
 from cortex.core import loopir as ir
 from cortex.plugins.cpu_llvm import team
 from cortex.plugins.cpu_llvm.amx_gemv import _AmxGemv
+from cortex.plugins.cpu_llvm.dpbf16_gemv import _Dpbf16Gemv
 from cortex.plugins.cpu_llvm.expressions import _Expressions
+from cortex.plugins.cpu_llvm.jammed_gemv import _RoundedRows
 from cortex.plugins.cpu_llvm.ir_queries import _Idx, _var_names, _walk, serial_reads_stable, vector_width
 from cortex.plugins.cpu_llvm.lanes import _VecCtx
 from cortex.plugins.cpu_llvm.llvm_types import (F32, I1, I8, I16, I32, I64, LTYPE, PARTITIONED_KINDS, PTR, SIZEOF, SIZEOF_LL,
@@ -33,7 +35,7 @@ if TYPE_CHECKING:
     from cortex.plugins.cpu_llvm.codegen import _Module
 
 
-class _KernelGen(_Expressions, _Reductions, _RegisterArrays, _AmxGemv):
+class _KernelGen(_Expressions, _Reductions, _RegisterArrays, _AmxGemv, _Dpbf16Gemv, _RoundedRows):
     """Emits one kernel function: ``void k(bufs..., sizes..., params..., tid, nthreads)``."""
 
     def __init__(self, mod: _Module, kernel: ir.Kernel, barrier: ll.Function) -> None:
@@ -453,7 +455,7 @@ class _KernelGen(_Expressions, _Reductions, _RegisterArrays, _AmxGemv):
                 self.vector_loop(s, width)
                 self.last_loop_synced = False
                 return
-        if self.amx_loop(s):  # bf16_dot="amx": a jammed GEMV on AMX tiles
+        if self.amx_loop(s) or self.dpbf16_loop(s):  # bf16_dot="amx" / "dpbf16": a jammed GEMV
             self.last_loop_synced = False
             return
         if "cold" in s.annotations and not self.compact:
