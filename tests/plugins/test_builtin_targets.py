@@ -161,3 +161,14 @@ def test_an_opencl_device_that_cannot_build_a_kernel_is_not_counted_and_says_why
         assert hostinfo.opencl_devices().devices == ("Portable Computing Language: pthread-Some CPU (CPU)",)
     finally:
         hostinfo.opencl_devices.cache_clear()
+
+
+def test_pocl_names_the_cpu_it_compiles_for_in_its_version_string():
+    from cortex.plugins.opencl.device import pocl_compile_cpu
+
+    assert pocl_compile_cpu("OpenCL 3.0 PoCL HSTR: pthread-x86_64-unknown-linux-gnu-znver3") == "znver3"
+    assert pocl_compile_cpu("OpenCL 3.0 PoCL HSTR: pthread-x86_64-unknown-linux-gnu-x86-64-v3") == "x86-64-v3"
+    assert pocl_compile_cpu("OpenCL 3.0 PoCL HSTR: pthread-x86_64-unknown-linux-gnu-skylake-avx512") \
+        == "skylake-avx512"
+    assert pocl_compile_cpu("OpenCL 3.0 PoCL HSTR: pthread-x86_64-unknown-linux-gnu-newcpu9") == ""
+    assert pocl_compile_cpu("OpenCL 3.0 CUDA") == ""
