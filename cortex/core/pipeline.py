@@ -393,7 +393,7 @@ def build_artifact(model: Any, target: "Target", target_options: Mapping[str, An
         if lowered is None:
             lowered = lower(graph, schedule, caps, dtype, provenance)  # verified against caps by lower itself
             stage_cache.store_lowered(lowered_key, lowered)
-        lowered = store_weights(lowered, weights)
+        lowered = store_weights(lowered, weights, caps.bf16_dot)
         dump.write("loops_scheduled", lowered.program)
         if dump:  # and what each knob did
             options_doc["schedule_notes"] = list(lowered.notes)

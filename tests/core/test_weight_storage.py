@@ -263,3 +263,15 @@ def test_the_pairs_knob_is_offered_where_the_target_reads_pairs():
     verify(program, CAPABILITIES)
     with pytest.raises(VerificationError, match="stored as bfloat16_pairs"):
         verify(program, replace(CAPABILITIES, bf16_dot=("widen",)))
+
+
+def test_the_notes_say_when_the_target_has_no_bfloat16_products():
+    # the numpy target widens (or reads pairs): halving the bytes, not the arithmetic
+    exe = cortex.compile(lstm(), target="numpy", weights="bfloat16")
+    assert any("no bfloat16 products on this target (bf16_dot choices: widen" in n for n in exe.notes)
+    pytest.importorskip("llvmlite", reason="the llvm half needs llvmlite")
+    # llvm: silent where the CPU the code is for has bfloat16 products (a Zen 4), not where it
+    # has none (a Haswell); code for either CPU compiles on any host
+    for cpu, silent in (("znver4", True), ("haswell", False)):
+        notes = cortex.compile(lstm(), target="llvm", weights="bfloat16", cpu=cpu).notes
+        assert any("no bfloat16 products" in n for n in notes) != silent, (cpu, notes)

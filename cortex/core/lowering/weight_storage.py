@@ -53,9 +53,11 @@ def streamed_weights(program: ir.Program) -> tuple[str, ...]:
                  and len(b.logical_shape or b.shape) >= 2)
 
 
-def store_weights(lowered: "Lowered", weights: str) -> "Lowered":
+def store_weights(lowered: "Lowered", weights: str, offered: tuple[str, ...] = ()) -> "Lowered":
     """``lowered`` with its weight matrices stored as ``weights`` (a storage format; the
-    compute dtype's own name leaves it unchanged). The notes say which buffers."""
+    compute dtype's own name leaves it unchanged). The notes say which buffers, and, given the
+    target's ``bf16_dot`` choices (``offered``: ``Capabilities.bf16_dot``), when none of them
+    multiplies in bfloat16 (the weights halve the bytes read, not the arithmetic)."""
     if weights == lowered.dtype:
         return lowered
     if weights not in ir.STORAGE_FORMATS:
@@ -76,6 +78,10 @@ def store_weights(lowered: "Lowered", weights: str) -> "Lowered":
         launch += (("bf16_dot", dot),)  # the code generator multiplies the pairs in bfloat16
         notes += (f"bf16_dot={dot}: the jammed GEMVs over the pairs matrices {ROUNDED_DOTS[dot]} where "
                   f"the code generator finds them (activations rounded to bfloat16)",)
+    if formats and offered and not any(d in ROUNDED_DOTS for d in offered):
+        notes += (f"weights: no bfloat16 products on this target (bf16_dot choices: {', '.join(offered)}): the "
+                  f"weights are widened to float32 as they load, so they halve the bytes read but not "
+                  f"the arithmetic",)
     return replace(lowered, program=replace(lowered.program, buffers=buffers, launch=launch),
                    notes=lowered.notes + (notes or (f"weights: no weight matrix to store as {weights}",)))
 
