@@ -68,12 +68,7 @@ class _Dpbf16Gemv:
         try:
             index = [(ir.BinOp("+", base, ir.Var(g.lane)),) for _, base, _, _ in g.updates]
             before = [self.load(acc, at) for (acc, _, _, _), at in zip(g.updates, index)]
-            pre = b.block
-            body_bb, done = self.block("dpbf16"), self.block("dpbf16_end")
-            b.branch(body_bb)
-            b.position_at_end(body_bb)
-            kp = b.phi(I64, name="dp_k")
-            kp.add_incoming(ll.Constant(I64, 0), pre)
+            kp, pre = self.open_counted_loop("dpbf16")
             accs = []
             for v in before:
                 accs.append(b.phi(vf))
@@ -91,13 +86,9 @@ class _Dpbf16Gemv:
                 ws.append(b.bitcast(b.load(b.bitcast(at, ll.VectorType(I32, LANES).as_pointer()),
                                            typ=ll.VectorType(I32, LANES), align=4), PAIRS))
             after = [b.call(dot, [a, ws[blk], xs[row]]) for a, (_, _, blk, row) in zip(accs, g.updates)]
-            nxt = b.add(kp, ll.Constant(I64, 1))
-            end = b.block
-            b.cbranch(b.icmp_unsigned("<", nxt, ll.Constant(I64, g.depth // 2)), body_bb, done)
-            kp.add_incoming(nxt, end)
+            end = self.close_counted_loop(kp, g.depth // 2)
             for phi, v in zip(accs, after):
                 phi.add_incoming(v, end)
-            b.position_at_end(done)
             for (acc, _, _, _), at, v in zip(g.updates, index, after):
                 self.store(acc, at, v)
         finally:

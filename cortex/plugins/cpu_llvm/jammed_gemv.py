@@ -200,20 +200,35 @@ class _RoundedRows:
                 b.store(self.to_bf16(x), b.bitcast(dst, ll.VectorType(I16, n).as_pointer()), align=2)
 
         if g.depth >= LANES:
-            pre = b.block
-            body_bb, done = self.block("bf16_stage"), self.block("bf16_stage_end")
-            b.branch(body_bb)
-            b.position_at_end(body_bb)
-            i = b.phi(I64, name="bf16_si")
-            i.add_incoming(ll.Constant(I64, 0), pre)
+            i, _ = self.open_counted_loop("bf16_stage")
             convert(b.mul(i, ll.Constant(I64, LANES)), LANES)
-            nxt = b.add(i, ll.Constant(I64, 1))
-            end = b.block
-            b.cbranch(b.icmp_unsigned("<", nxt, ll.Constant(I64, g.depth // LANES)), body_bb, done)
-            i.add_incoming(nxt, end)
-            b.position_at_end(done)
+            self.close_counted_loop(i, g.depth // LANES)
         for at in range(g.depth - g.depth % LANES, g.depth, 2):
             convert(ll.Constant(I64, at), 2)
+
+    def open_counted_loop(self, name: str) -> tuple[ll.PhiInstr, ll.Block]:
+        """Branch into a new loop block ``name`` and return its ``i64`` counter (from 0) and
+        the block that entered it (for the other phis' first values); the body follows, then
+        :meth:`close_counted_loop`."""
+        b, pre = self.b, self.b.block
+        body = self.block(name)
+        b.branch(body)
+        b.position_at_end(body)
+        i = b.phi(I64, name=f"{name}_i")
+        i.add_incoming(ll.Constant(I64, 0), pre)
+        return i, pre
+
+    def close_counted_loop(self, i: ll.PhiInstr, trips: int) -> ll.Block:
+        """End the loop of counter ``i`` (:meth:`open_counted_loop`) after ``trips`` trips;
+        returns the loop's last block (the other phis' incoming edge) and goes on after it."""
+        b = self.b
+        done = self.block(f"{i.parent.name}_end")
+        nxt = b.add(i, ll.Constant(I64, 1))
+        end = b.block
+        b.cbranch(b.icmp_unsigned("<", nxt, ll.Constant(I64, trips)), i.parent, done)
+        i.add_incoming(nxt, end)
+        b.position_at_end(done)
+        return end
 
     def to_bf16(self, x: ll.Value) -> ll.Value:
         """``n`` float32 lanes -> bfloat16 bits (``<n x i16>``): to nearest, ties to even, a NaN
