@@ -16,6 +16,7 @@ Usage::
     python tools/ab_schedule.py --model DAGRNN --variant '{"refactor": true}' --batches 1,10,100
     python tools/ab_schedule.py --model MVRNN --variant '{"node_jam": 1}' --variant '{"wide_lanes": 0}'
     python tools/ab_schedule.py --model TreeGRU --variant '{"leaf_kids": false}' --batches 1,10 --rotate 3
+    python tools/ab_schedule.py --model TreeFC --weights bfloat16 --variant '{"leaf_kids": false}'
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--min-time", type=float, default=0.05, help="seconds per case and round, at least")
     p.add_argument("--rotate", type=int, default=1, help="different batches timed in turn (1: one batch, repeated)")
+    p.add_argument("--weights", default="", help="the compile option weights= of every variant "
+                   "(e.g. bfloat16; default: the model's dtype)")
     p.add_argument("--out", default="")
     args = p.parse_args(argv)
     if args.rotate < 1:
@@ -56,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     key = GroupKey(args.model, args.hidden, None, args.vocab, 0)
     model = build_model(key)
     variants = {"default": {}} | {v: json.loads(v) for v in args.variant}
-    exes = {name: cortex.compile(model, target=args.target, schedule=knobs or None)
+    extra = {"weights": args.weights} if args.weights else {}
+    exes = {name: cortex.compile(model, target=args.target, schedule=knobs or None, **extra)
             for name, knobs in variants.items()}
     results = []
     for b in (int(x) for x in args.batches.split(",")):
@@ -91,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{n} {med[n]:.3f} ms ({med[n] / med['default']:.2f}x, diff {diff[n]:.1e}; calls median "
             f"{call_ms[n]['median']:.3f} fastest {call_ms[n]['fastest']:.3f} spread {spread[n]:.2f})"
             for n in med), file=sys.stderr)
-    write_json({"model": args.model, "target": args.target, "hidden": args.hidden, "tokens": args.tokens,
+    write_json({"model": args.model, "target": args.target, "weights": args.weights or None, "hidden": args.hidden, "tokens": args.tokens,
                 "rotate": args.rotate, "variants": variants, "rounds": args.rounds, "results": results, "environment": environment(),
                 "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, args.out)
     return 0
