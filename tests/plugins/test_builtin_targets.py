@@ -172,3 +172,17 @@ def test_pocl_names_the_cpu_it_compiles_for_in_its_version_string():
         == "skylake-avx512"
     assert pocl_compile_cpu("OpenCL 3.0 PoCL HSTR: pthread-x86_64-unknown-linux-gnu-newcpu9") == ""
     assert pocl_compile_cpu("OpenCL 3.0 CUDA") == ""
+
+
+def test_the_default_opencl_device_is_the_first_that_builds_a_kernel(monkeypatch):
+    pytest.importorskip("pyopencl", reason="device selection imports pyopencl")
+    from cortex.plugins.opencl import device
+
+    found = [("0:0 Old PoCL: cpu (CPU)", "old"), ("1:0 Other PoCL: cpu (CPU)", "new")]
+    monkeypatch.setattr(device, "list_devices", lambda: found)
+    monkeypatch.delenv("PYOPENCL_CTX", raising=False)
+    monkeypatch.setattr(device, "_builds", lambda label, dev: dev == "new")
+    assert device.select_device("") == "new"
+    assert device.select_device("0:0") == "old"  # asked for by index: that one, as asked
+    monkeypatch.setattr(device, "_builds", lambda label, dev: False)
+    assert device.select_device("") == "old"  # none builds: the first (its build error then says why)

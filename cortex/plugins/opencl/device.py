@@ -11,7 +11,8 @@ Device selection, in order:
 * ``device='name:TEXT'`` — the first device whose "platform: device" name contains TEXT
   (case-insensitive);
 * ``device=''`` — ``PYOPENCL_CTX`` when it is set (pyopencl's own convention, e.g. ``0:1``),
-  otherwise the first device of the first platform.
+  otherwise the first device that builds a kernel (:func:`cortex.core.plugin.hostinfo.build_problem`:
+  a listed device whose compiler cannot work on this host is passed over), else the first.
 
 Errors are :class:`OpenCLDeviceError` (a ``TargetNotRunnableError``) with the list of devices
 that do exist.
@@ -106,6 +107,20 @@ def list_devices() -> list[tuple[str, Any]]:
     return out
 
 
+_BUILDS: dict[str, bool] = {}
+
+
+def _builds(label: str, dev: Any) -> bool:
+    """Whether the device builds the probe kernel (asked once per device and process)."""
+    if label not in _BUILDS:
+        import pyopencl as cl
+
+        from cortex.core.plugin.hostinfo import build_problem
+
+        _BUILDS[label] = not build_problem(cl, dev)
+    return _BUILDS[label]
+
+
 def _known(found: list[tuple[str, Any]]) -> str:
     return "; ".join(label for label, _ in found)
 
@@ -127,7 +142,7 @@ def select_device(spec: str) -> Any:
     if not spec:
         env = os.environ.get("PYOPENCL_CTX", "").strip()
         if not env:
-            return found[0][1]
+            return next((dev for label, dev in found if _builds(label, dev)), found[0][1])
         if ":" in env and all(part.isdigit() for part in env.split(":", 1)):
             return _by_index(found, env, "PYOPENCL_CTX")
         if env.isdigit():  # pyopencl's short form: a platform index, its first device
