@@ -18,33 +18,22 @@ from cortex.models import TreeLSTM  # noqa: E402
 from cortex.plugins.cpu_llvm.amx import amx_available  # noqa: E402
 from cortex.testing.tolerance import TOLERANCES  # noqa: E402
 
+from bf16_zoo import TREES, ZOO, scaled_error, zoo_case  # noqa: E402
+
 AMX, WHY = amx_available()
 needs_amx = pytest.mark.skipif(not AMX, reason=f"no AMX tiles in this process: {WHY}")
-TREES = [((1, 2), (3, (4, 5))), 7, (((8, 9), 10), ((11, 12), (13, 14))),
-         ((((1, 2), (3, 4)), ((5, 6), (7, 8))), (((9, 10), (11, 12)), ((13, 14), (15, 16))))]
-ZOO = ("TreeLSTM", "TreeGRU", "ChildSumTreeLSTM", "TreeFC", "MVRNN", "DAGRNN", "SeqLSTM")
-
-
-def _scaled_error(got, want) -> float:
-    return max(float(np.abs(got.nodes(s) - want.nodes(s)).max()) / max(1.0, float(np.abs(want.nodes(s)).max()))
-               for s in want.states)
 
 
 @needs_amx
 @pytest.mark.parametrize("name", ZOO)
 def test_amx_computes_what_pairs_computes_on_every_zoo_family(name):
-    from cortex.bench.workloads import MODELS, GroupKey, build_model, make_inputs
-
-    hidden = 64
-    model = build_model(GroupKey(name, hidden, None, 200, seed=1))
-    width = model.params["U"].shape[1] if name == "DAGRNN" else MODELS[name].hidden(hidden)
-    structures = make_inputs(name, 12, 3, vocab=200, width=width, seed=1).structures
+    model, structures = zoo_case(name)
     amx = cortex.compile(model, target="llvm", weights="bfloat16", schedule={"bf16_dot": "amx"})
     pairs = cortex.compile(model, target="llvm", weights="bfloat16", schedule={"bf16_dot": "pairs"})
     # (MV-RNN's GEMV over the stored W is a sum along each row, not a jammed GEMV: no tiles)
     assert ("tdpbf16ps" in str(amx.source)) == (name != "MVRNN")
     tol = TOLERANCES["bfloat16"]
-    assert _scaled_error(amx(structures), pairs(structures)) <= tol.atol
+    assert scaled_error(amx(structures), pairs(structures)) <= tol.atol
 
 
 @needs_amx
@@ -55,10 +44,10 @@ def test_amx_treelstm_matches_the_reference_and_rounds_the_activations(threads):
     assert any("bf16_dot=amx" in n for n in amx.notes)
     want = cortex.compile(model, target="numpy")(TREES)
     got = amx(TREES)
-    assert _scaled_error(got, want) <= TOLERANCES["bfloat16"].atol
+    assert scaled_error(got, want) <= TOLERANCES["bfloat16"].atol
     pairs = cortex.compile(model, target="llvm", weights="bfloat16", schedule={"bf16_dot": "pairs"},
                            threads=threads)(TREES)
-    assert _scaled_error(got, pairs) > 0  # the activations were rounded too
+    assert scaled_error(got, pairs) > 0  # the activations were rounded too
 
 
 @needs_amx

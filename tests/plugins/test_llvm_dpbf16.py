@@ -20,16 +20,10 @@ from cortex.models import DAGRNN, TreeLSTM  # noqa: E402
 from cortex.plugins.cpu_llvm.jit import cpu_has, cpu_info  # noqa: E402
 from cortex.testing.tolerance import TOLERANCES  # noqa: E402
 
+from bf16_zoo import TREES, ZOO, scaled_error, zoo_case  # noqa: E402
+
 HOST = cpu_info("host").vector_bits >= 512 and cpu_has("host", "avx512bf16")
 needs_dpbf16 = pytest.mark.skipif(not HOST, reason="this host's CPU has no AVX512-BF16 (vdpbf16ps)")
-TREES = [((1, 2), (3, (4, 5))), 7, (((8, 9), 10), ((11, 12), (13, 14))),
-         ((((1, 2), (3, 4)), ((5, 6), (7, 8))), (((9, 10), (11, 12)), ((13, 14), (15, 16))))]
-ZOO = ("TreeLSTM", "TreeGRU", "ChildSumTreeLSTM", "TreeFC", "MVRNN", "DAGRNN", "SeqLSTM")
-
-
-def _scaled_error(got, want) -> float:
-    return max(float(np.abs(got.nodes(s) - want.nodes(s)).max()) / max(1.0, float(np.abs(want.nodes(s)).max()))
-               for s in want.states)
 
 
 def _dots(exe) -> int:
@@ -40,18 +34,13 @@ def _dots(exe) -> int:
 @needs_dpbf16
 @pytest.mark.parametrize("name", ZOO)
 def test_dpbf16_computes_what_pairs_computes_on_every_zoo_family(name):
-    from cortex.bench.workloads import MODELS, GroupKey, build_model, make_inputs
-
-    hidden = 64
-    model = build_model(GroupKey(name, hidden, None, 200, seed=1))
-    width = model.params["U"].shape[1] if name == "DAGRNN" else MODELS[name].hidden(hidden)
-    structures = make_inputs(name, 12, 3, vocab=200, width=width, seed=1).structures
+    model, structures = zoo_case(name)
     dp = cortex.compile(model, target="llvm", weights="bfloat16", schedule={"bf16_dot": "dpbf16"})
     pairs = cortex.compile(model, target="llvm", weights="bfloat16", schedule={"bf16_dot": "pairs"})
     # (MV-RNN's GEMV over the stored W is a sum along each row, not a jammed GEMV: no dot)
     assert (_dots(dp) > 0) == (name != "MVRNN")
     assert _dots(pairs) == 0
-    assert _scaled_error(dp(structures), pairs(structures)) <= TOLERANCES["bfloat16"].atol
+    assert scaled_error(dp(structures), pairs(structures)) <= TOLERANCES["bfloat16"].atol
 
 
 @needs_dpbf16
@@ -63,10 +52,10 @@ def test_dpbf16_treelstm_matches_the_reference_and_rounds_the_activations(thread
     assert any("bf16_dot=dpbf16" in n and "vdpbf16ps" in n for n in dp.notes)
     want = cortex.compile(model, target="numpy")(TREES)
     got = dp(TREES)
-    assert _scaled_error(got, want) <= TOLERANCES["bfloat16"].atol
+    assert scaled_error(got, want) <= TOLERANCES["bfloat16"].atol
     pairs = cortex.compile(model, target="llvm", weights="bfloat16", schedule={"bf16_dot": "pairs"},
                            threads=threads)(TREES)
-    assert _scaled_error(got, pairs) > 0  # the activations were rounded too
+    assert scaled_error(got, pairs) > 0  # the activations were rounded too
 
 
 @needs_dpbf16
@@ -83,7 +72,7 @@ def test_reductions_of_any_even_length_match_the_reference(family, size):
     dp = cortex.compile(model, target="llvm", weights="bfloat16", schedule={"bf16_dot": "dpbf16"})
     assert _dots(dp) > 0
     want = cortex.compile(model, target="numpy")(inputs)
-    assert _scaled_error(dp(inputs), want) <= TOLERANCES["bfloat16"].atol
+    assert scaled_error(dp(inputs), want) <= TOLERANCES["bfloat16"].atol
 
 
 def test_which_cpus_offer_dpbf16():
