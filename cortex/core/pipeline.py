@@ -468,9 +468,13 @@ def _bind(graph: "RecursiveGraph", params: Mapping[str, np.ndarray], dtype: str,
 def _prepare(lowered: "Lowered", bound: tuple[dict[str, np.ndarray], "TokenTables | None"]
              ) -> tuple[dict[str, np.ndarray], "TokenTables | None"]:
     """The params in the program's layouts, and the token tables' filler. A table is filled
-    by row in place, so one whose buffer a schedule gave another layout is made whole here."""
+    by row in place, so one whose buffer a schedule gave another layout is made whole here;
+    with stored weights (``weights="bfloat16"``) its rows multiply by the stored values."""
     table, tables = bound
     if tables is not None:
+        stored = {b.name for b in lowered.program.buffers if b.storage}  # weights="bfloat16"
+        if stored:  # the tables' rows multiply by what the program's GEMVs read
+            tables.round_sources({p for p, buf in lowered.param_names if buf in stored}, "bfloat16")
         layouts = {b.name: b.layout for b in lowered.program.buffers}
         buf_of = dict(lowered.param_names)
         if any(layouts.get(buf_of.get(n), ("row_major",)) != ("row_major",) for n in tables.names):

@@ -275,3 +275,21 @@ def test_the_notes_say_when_the_target_has_no_bfloat16_products():
     for cpu, silent in (("znver4", True), ("haswell", False)):
         notes = cortex.compile(lstm(), target="llvm", weights="bfloat16", cpu=cpu).notes
         assert any("no bfloat16 products" in n for n in notes) != silent, (cpu, notes)
+
+
+def test_token_tables_multiply_by_the_stored_weights():
+    # a leaf child's projection read from a table (level 1, and leaf_kids above it) is computed
+    # from the rounded matrices too: tables or not, the program is the model with rounded
+    # weights, and schedules with and without leaf_kids agree to float32 rounding
+    model = lstm()
+    on = cortex.compile(model, target="numpy", weights="bfloat16", schedule={"leaf_kids": True})
+    off = cortex.compile(model, target="numpy", weights="bfloat16", schedule={"leaf_kids": False})
+    assert any(n.startswith("leaf_kids: each level runs") for n in on.notes)
+    rounded = {name: round_to(np.asarray(p, np.float32), "bfloat16") if name.startswith("U") else p
+               for name, p in model.params.items()}
+    want = cortex.compile(lstm(), target="numpy")
+    want.update_params(rounded)
+    got_on, got_off, ref = on(TREES), off(TREES), want(TREES)
+    for s in ref.states:
+        np.testing.assert_allclose(got_on.nodes(s), got_off.nodes(s), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got_on.nodes(s), ref.nodes(s), rtol=1e-5, atol=1e-6)

@@ -99,6 +99,19 @@ class TokenTables:
         self.rows_computed = 0  # over the executable's life (a diagnostic, and for tests)
         self._on_rows: Callable[[np.ndarray], Any] | None = None
 
+    def round_sources(self, names: Collection[str], storage: str) -> None:
+        """Read the sources in ``names`` as a program that stores them as ``storage`` does
+        (``loopir.storage.round_to``: ``bfloat16`` rounds each value), before any row is
+        computed: a table row that multiplies by such a matrix then multiplies by the values
+        the program's own GEMVs read, so every schedule computes the model with rounded
+        weights (``weights="bfloat16"``), tables or not."""
+        from cortex.core.loopir.storage import round_to
+
+        if self.rows_computed:
+            raise RuntimeError("internal error: token-table sources rounded after rows were computed")
+        for name in sorted(set(names) & set(self._sources)):
+            self._sources[name] = round_to(np.asarray(self._sources[name], np.float32), storage).astype(self.dtype)
+
     def attach(self, arrays: Mapping[str, np.ndarray], on_rows: Callable[[np.ndarray], Any] | None = None) -> None:
         """The arrays (by table name) the program reads: C-contiguous host arrays, row-major (a
         table none of them holds gets zero pages of its own: one that only other tables' recipes
