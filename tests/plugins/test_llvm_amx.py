@@ -16,9 +16,9 @@ import cortex  # noqa: E402
 from cortex.core.errors import InvalidOptionError  # noqa: E402
 from cortex.models import TreeLSTM  # noqa: E402
 from cortex.plugins.cpu_llvm.amx import amx_available  # noqa: E402
-from cortex.testing.tolerance import TOLERANCES  # noqa: E402
 
-from bf16_zoo import TREES, ZOO, scaled_error, zoo_case  # noqa: E402
+from bf16_zoo import (TREES, ZOO, check_treelstm_rounds_the_activations,  # noqa: E402
+                      check_zoo_family_against_pairs)
 
 AMX, WHY = amx_available()
 needs_amx = pytest.mark.skipif(not AMX, reason=f"no AMX tiles in this process: {WHY}")
@@ -27,27 +27,15 @@ needs_amx = pytest.mark.skipif(not AMX, reason=f"no AMX tiles in this process: {
 @needs_amx
 @pytest.mark.parametrize("name", ZOO)
 def test_amx_computes_what_pairs_computes_on_every_zoo_family(name):
-    model, structures = zoo_case(name)
-    amx = cortex.compile(model, target="llvm", weights="bfloat16", schedule={"bf16_dot": "amx"})
-    pairs = cortex.compile(model, target="llvm", weights="bfloat16", schedule={"bf16_dot": "pairs"})
+    amx, _ = check_zoo_family_against_pairs(name, "amx")
     # (MV-RNN's GEMV over the stored W is a sum along each row, not a jammed GEMV: no tiles)
     assert ("tdpbf16ps" in str(amx.source)) == (name != "MVRNN")
-    tol = TOLERANCES["bfloat16"]
-    assert scaled_error(amx(structures), pairs(structures)) <= tol.atol
 
 
 @needs_amx
 @pytest.mark.parametrize("threads", [1, 2])
 def test_amx_treelstm_matches_the_reference_and_rounds_the_activations(threads):
-    model = TreeLSTM(hidden=64, embed=16, vocab=20, seed=3)
-    amx = cortex.compile(model, target="llvm", weights="bfloat16", schedule={"bf16_dot": "amx"}, threads=threads)
-    assert any("bf16_dot=amx" in n for n in amx.notes)
-    want = cortex.compile(model, target="numpy")(TREES)
-    got = amx(TREES)
-    assert scaled_error(got, want) <= TOLERANCES["bfloat16"].atol
-    pairs = cortex.compile(model, target="llvm", weights="bfloat16", schedule={"bf16_dot": "pairs"},
-                           threads=threads)(TREES)
-    assert scaled_error(got, pairs) > 0  # the activations were rounded too
+    check_treelstm_rounds_the_activations("amx", threads)
 
 
 @needs_amx

@@ -20,7 +20,8 @@ from cortex.models import DAGRNN, TreeLSTM  # noqa: E402
 from cortex.plugins.cpu_llvm.jit import cpu_has, cpu_info  # noqa: E402
 from cortex.testing.tolerance import TOLERANCES  # noqa: E402
 
-from bf16_zoo import TREES, ZOO, scaled_error, zoo_case  # noqa: E402
+from bf16_zoo import (TREES, ZOO, check_treelstm_rounds_the_activations,  # noqa: E402
+                      check_zoo_family_against_pairs, scaled_error)
 
 HOST = cpu_info("host").vector_bits >= 512 and cpu_has("host", "avx512bf16")
 needs_dpbf16 = pytest.mark.skipif(not HOST, reason="this host's CPU has no AVX512-BF16 (vdpbf16ps)")
@@ -34,28 +35,17 @@ def _dots(exe) -> int:
 @needs_dpbf16
 @pytest.mark.parametrize("name", ZOO)
 def test_dpbf16_computes_what_pairs_computes_on_every_zoo_family(name):
-    model, structures = zoo_case(name)
-    dp = cortex.compile(model, target="llvm", weights="bfloat16", schedule={"bf16_dot": "dpbf16"})
-    pairs = cortex.compile(model, target="llvm", weights="bfloat16", schedule={"bf16_dot": "pairs"})
+    dp, pairs = check_zoo_family_against_pairs(name, "dpbf16")
     # (MV-RNN's GEMV over the stored W is a sum along each row, not a jammed GEMV: no dot)
     assert (_dots(dp) > 0) == (name != "MVRNN")
     assert _dots(pairs) == 0
-    assert scaled_error(dp(structures), pairs(structures)) <= TOLERANCES["bfloat16"].atol
 
 
 @needs_dpbf16
 @pytest.mark.parametrize("threads", [1, 2])
 def test_dpbf16_treelstm_matches_the_reference_and_rounds_the_activations(threads):
-    model = TreeLSTM(hidden=64, embed=16, vocab=20, seed=3)
-    dp = cortex.compile(model, target="llvm", weights="bfloat16", schedule={"bf16_dot": "dpbf16"},
-                        threads=threads)
-    assert any("bf16_dot=dpbf16" in n and "vdpbf16ps" in n for n in dp.notes)
-    want = cortex.compile(model, target="numpy")(TREES)
-    got = dp(TREES)
-    assert scaled_error(got, want) <= TOLERANCES["bfloat16"].atol
-    pairs = cortex.compile(model, target="llvm", weights="bfloat16", schedule={"bf16_dot": "pairs"},
-                           threads=threads)(TREES)
-    assert scaled_error(got, pairs) > 0  # the activations were rounded too
+    exe = check_treelstm_rounds_the_activations("dpbf16", threads)
+    assert any("vdpbf16ps" in n for n in exe.notes) and _dots(exe) > 0
 
 
 @needs_dpbf16
