@@ -68,7 +68,7 @@ def test_malformed_inputs_never_crash_and_valid_ones_match_numpy(workers, target
     if isinstance(proc, str):
         if target in REQUIRED:
             pytest.fail(f"CORTEX_TEST_REQUIRE names {target} but it cannot run here: {proc}")
-        pytest.skip(f"target {target} cannot run here: {proc}")
+        pytest.skip(reason=f"target {target} cannot run here: {proc}")
     try:  # generous: a hang inside an example is cut by the worker's own watchdog first
         out, err = proc.communicate(timeout=max(900, 4 * EXAMPLES))
     except subprocess.TimeoutExpired:

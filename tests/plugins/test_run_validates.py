@@ -68,7 +68,7 @@ def _skip_unless_runnable(name: str) -> None:
         if not status:
             if name in REQUIRED:
                 pytest.fail(f"CORTEX_TEST_REQUIRE names {name} but: {status.describe()}")
-            pytest.skip(f"target {name} cannot run here: {status.describe()}")
+            pytest.skip(reason=f"target {name} cannot run here: {status.describe()}")
 
 
 @pytest.mark.parametrize("child", [5, 100_000_000])
