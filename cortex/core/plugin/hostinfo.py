@@ -165,7 +165,7 @@ class OpenCLDevices:
 _PROBE_KERNEL = "__kernel void cortex_probe(__global float *x) { x[get_global_id(0)] *= 2.0f; }"
 
 
-def build_problem(cl, device) -> str:
+def _build_problem(cl, device) -> str:
     """Why ``device`` cannot build :data:`_PROBE_KERNEL` ("" when it can). A driver may list a
     device whose compiler fails on this host, e.g. a PoCL whose LLVM is older than the CPU: it
     names the CPU ``generic`` and then rejects that name, so every build fails."""
@@ -199,7 +199,7 @@ def opencl_devices() -> OpenCLDevices:
                     if dev.type & getattr(cl.device_type, word)
                 ) or "other"
                 line = f"{plat.name.strip()}: {dev.name.strip()} ({kind})"
-                problem = build_problem(cl, dev)
+                problem = _build_problem(cl, dev)
                 if problem:
                     unusable.append(f"{line} cannot build a kernel: {problem}")
                 else:

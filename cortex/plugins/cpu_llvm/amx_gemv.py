@@ -64,10 +64,7 @@ class _AmxGemv:
         b = self.b
         stage = self.scratch_array(I16, MAX_ROWS * g.depth)
         self.stage_rows(g, stage)
-        weights = []
-        for name, lead in g.blocks:  # the first element of each block's K rows (i16 units)
-            off, _ = self.flat_offset(name, lead + (ir.Const(g.k0), ir.Const(0)))
-            weights.append(b.gep(self.ptrs[name], [off], inbounds=True, source_etype=I16))
+        weights = self.block_starts(g)
         cbuf = self.scratch_array(F32, min(len(g.blocks), MAX_C_TILES) * MAX_ROWS * LANES)
         i16p, f32p = I16.as_pointer(), F32.as_pointer()
         for first in range(0, len(g.blocks), MAX_C_TILES):

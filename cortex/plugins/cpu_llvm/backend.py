@@ -92,10 +92,11 @@ def preferred(vector_registers: int, amx: bool, dpbf16: bool = False) -> tuple[t
 def capabilities(options: Mapping[str, Any]) -> Capabilities:
     """What the host CPU offers, as the scheduler needs it."""
     threads = int(options.get("threads", 0)) or usable_cpus()
-    bits = cpu_info(options.get("cpu", "host")).vector_bits
+    cpu = options.get("cpu", "host")
+    bits = cpu_info(cpu).vector_bits
     # AMX tiles: on the host CPU only, where this process may run them (asked once per process)
-    amx = options.get("cpu", "host") == "host" and amx_available()[0]
-    dpbf16 = bits >= 512 and cpu_has(options.get("cpu", "host"), "avx512bf16")  # vdpbf16ps on zmm
+    amx = cpu == "host" and amx_available()[0]
+    dpbf16 = bits >= 512 and cpu_has(cpu, "avx512bf16")  # vdpbf16ps on zmm
     registers = 32 if bits >= 512 else 16
     return Capabilities(
         has_grid=False, grid_barrier=False, group_barrier=False,

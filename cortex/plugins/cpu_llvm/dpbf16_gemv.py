@@ -56,10 +56,7 @@ class _Dpbf16Gemv:
         b = self.b
         stage = self.scratch_array(I16, len(g.rows) * g.depth)
         self.stage_rows(g, stage)
-        weights = []
-        for name, lead in g.blocks:  # the first pair row of each block (i16 units)
-            off, _ = self.flat_offset(name, lead + (ir.Const(g.k0), ir.Const(0)))
-            weights.append(b.gep(self.ptrs[name], [off], inbounds=True, source_etype=I16))
+        weights = self.block_starts(g)
         vf = ll.VectorType(F32, LANES)
         dot = self.mod.decl(DOT, vf, [vf, PAIRS, PAIRS])
         lanes = ll.Constant(ll.VectorType(I32, LANES), list(range(LANES)))

@@ -206,6 +206,14 @@ class _RoundedRows:
         for at in range(g.depth - g.depth % LANES, g.depth, 2):
             convert(ll.Constant(I64, at), 2)
 
+    def block_starts(self, g: Gemv) -> list[ll.Value]:
+        """Each weight block's first pair row (``k0``) as an ``i16`` pointer."""
+        starts = []
+        for name, lead in g.blocks:
+            off, _ = self.flat_offset(name, lead + (ir.Const(g.k0), ir.Const(0)))
+            starts.append(self.b.gep(self.ptrs[name], [off], inbounds=True, source_etype=I16))
+        return starts
+
     def open_counted_loop(self, name: str) -> tuple[ll.PhiInstr, ll.Block]:
         """Branch into a new loop block ``name`` and return its ``i64`` counter (from 0) and
         the block that entered it (for the other phis' first values); the body follows, then

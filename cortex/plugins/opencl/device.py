@@ -11,8 +11,9 @@ Device selection, in order:
 * ``device='name:TEXT'`` — the first device whose "platform: device" name contains TEXT
   (case-insensitive);
 * ``device=''`` — ``PYOPENCL_CTX`` when it is set (pyopencl's own convention, e.g. ``0:1``),
-  otherwise the first device that builds a kernel (:func:`cortex.core.plugin.hostinfo.build_problem`:
-  a listed device whose compiler cannot work on this host is passed over), else the first.
+  otherwise the first device that builds a kernel (the probe of
+  :func:`cortex.core.plugin.hostinfo.opencl_devices`: a listed device whose compiler cannot work
+  on this host is passed over), else the first.
 
 Errors are :class:`OpenCLDeviceError` (a ``TargetNotRunnableError``) with the list of devices
 that do exist.
@@ -107,18 +108,12 @@ def list_devices() -> list[tuple[str, Any]]:
     return out
 
 
-_BUILDS: dict[str, bool] = {}
+def _builds(label: str) -> bool:
+    """Whether the device ``label`` (:func:`list_devices`) built the probe kernel when
+    :func:`cortex.core.plugin.hostinfo.opencl_devices` listed it (once per process)."""
+    from cortex.core.plugin.hostinfo import opencl_devices
 
-
-def _builds(label: str, dev: Any) -> bool:
-    """Whether the device builds the probe kernel (asked once per device and process)."""
-    if label not in _BUILDS:
-        import pyopencl as cl
-
-        from cortex.core.plugin.hostinfo import build_problem
-
-        _BUILDS[label] = not build_problem(cl, dev)
-    return _BUILDS[label]
+    return label.split(" ", 1)[-1] in opencl_devices().devices
 
 
 def _known(found: list[tuple[str, Any]]) -> str:
@@ -142,7 +137,7 @@ def select_device(spec: str) -> Any:
     if not spec:
         env = os.environ.get("PYOPENCL_CTX", "").strip()
         if not env:
-            return next((dev for label, dev in found if _builds(label, dev)), found[0][1])
+            return next((dev for label, dev in found if _builds(label)), found[0][1])
         if ":" in env and all(part.isdigit() for part in env.split(":", 1)):
             return _by_index(found, env, "PYOPENCL_CTX")
         if env.isdigit():  # pyopencl's short form: a platform index, its first device
@@ -178,8 +173,8 @@ def describe(device: Any) -> DeviceInfo:
     except Exception:
         lanes = 1
     compile_cpu = pocl_compile_cpu(device.version) if device.platform.name.strip() == POCL_PLATFORM else ""
-    if cpu_vector_bits(compile_cpu):
-        lanes = min(lanes, cpu_vector_bits(compile_cpu) // 32)
+    if bits := cpu_vector_bits(compile_cpu):
+        lanes = min(lanes, bits // 32)
     return DeviceInfo(
         platform=device.platform.name.strip(),
         name=device.name.strip(),
